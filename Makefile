@@ -1,0 +1,30 @@
+# gpuchaos — make help lists the targets.
+GO ?= go
+BIN := bin/gpuchaos
+FUZZTIME ?= 10s
+
+.PHONY: help build demo test lint fuzz generate bench
+help: ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+build: ## build bin/gpuchaos
+	$(GO) build -o $(BIN) ./cmd/gpuchaos
+
+demo: ## run the whole catalogue against the embedded twin
+	$(GO) run ./cmd/gpuchaos demo
+
+test: ## what CI runs: vet, then every test with the race detector
+	scripts/test
+
+lint: ## gofmt and go vet
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+
+fuzz: ## run every fuzz target for FUZZTIME each
+	scripts/fuzz $(FUZZTIME)
+
+generate: ## regenerate generated files
+	$(GO) generate ./...
+
+bench: ## run the benchmarks
+	$(GO) test -run '^$$' -bench . -benchmem ./...

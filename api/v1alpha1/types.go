@@ -1,0 +1,205 @@
+package v1alpha1
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// GroupVersion is the apiVersion every gpuchaos object carries.
+const GroupVersion = "gpuchaos.dev/v1alpha1"
+
+// KindExperiment is the kind of an Experiment object.
+const KindExperiment = "Experiment"
+
+// TypeMeta is the apiVersion and kind pair of a Kubernetes object.
+type TypeMeta struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+}
+
+// ObjectMeta is the subset of Kubernetes object metadata gpuchaos reads.
+type ObjectMeta struct {
+	Name        string            `json:"name"`
+	Namespace   string            `json:"namespace,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	Annotations map[string]string `json:"annotations,omitempty"`
+}
+
+// Experiment is one chaos experiment: what to break, where, for how long,
+// and what must notice. The Kubernetes controller serves it as a CRD.
+type Experiment struct {
+	TypeMeta `json:",inline"`
+	Metadata ObjectMeta     `json:"metadata"`
+	Spec     ExperimentSpec `json:"spec"`
+}
+
+// ExperimentSpec is the desired experiment.
+type ExperimentSpec struct {
+	// Selector picks the targets every fault is injected into.
+	Selector Selector `json:"selector"`
+	// Faults are injected together at the start of the fault window.
+	Faults []FaultSpec `json:"faults"`
+	// Duration is how long the faults stay injected before recovery.
+	Duration Duration `json:"duration"`
+	// SteadyState checks must all hold before anything is injected; the
+	// experiment ends in error otherwise.
+	SteadyState []Check `json:"steadyState,omitempty"`
+	// Expectations say which detector must notice and how soon.
+	Expectations []Expectation `json:"expectations,omitempty"`
+	// AbortWhen checks end the fault window early, with recovery, as soon
+	// as any holds.
+	AbortWhen []Check `json:"abortWhen,omitempty"`
+	// BlastRadius caps what one run may touch; zero fields take defaults.
+	BlastRadius BlastRadius `json:"blastRadius,omitempty"`
+	// AllowHardwareRisk must be true to run a hardware-risk mechanism.
+	AllowHardwareRisk bool `json:"allowHardwareRisk,omitempty"`
+}
+
+// SelectorMode says how many of the matching targets are taken.
+type SelectorMode string
+
+// Selector modes, as in Chaos Mesh.
+const (
+	ModeOne     SelectorMode = "one"     // one matching target, chosen by the seed
+	ModeAll     SelectorMode = "all"     // every matching target
+	ModeFixed   SelectorMode = "fixed"   // Value targets
+	ModePercent SelectorMode = "percent" // Value percent of the matching targets, at least one
+)
+
+// Selector picks targets. Fields combine with AND; an empty list matches
+// everything at that level, but a selector must name at least one of
+// nodes, nodeSelector, gpus or jobs.
+type Selector struct {
+	Nodes        []string          `json:"nodes,omitempty"`
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+	// GPUs are indexes ("3") or UUIDs ("GPU-…").
+	GPUs []string `json:"gpus,omitempty"`
+	// Jobs are training job names; Ranks narrows to ranks of those jobs.
+	Jobs  []string     `json:"jobs,omitempty"`
+	Ranks []int        `json:"ranks,omitempty"`
+	Mode  SelectorMode `json:"mode"`
+	// Value is the count for fixed and the percentage for percent.
+	Value int `json:"value,omitempty"`
+}
+
+// FaultSpec is one fault of an experiment.
+type FaultSpec struct {
+	// ID is a catalogue id, family.name.
+	ID string `json:"id"`
+	// Mechanism picks one of the fault's mechanisms; empty takes the
+	// first that runs on the target.
+	Mechanism string `json:"mechanism,omitempty"`
+	// Params override the fault's defaults.
+	Params map[string]ParamValue `json:"params,omitempty"`
+}
+
+// Expectation is one thing that must notice the fault.
+type Expectation struct {
+	// Name labels the verdict; defaults to the detector's name.
+	Name string `json:"name,omitempty"`
+	// Detector names a built-in detector; Probe defines one inline.
+	// Exactly one of the two is set.
+	Detector string     `json:"detector,omitempty"`
+	Probe    *ProbeSpec `json:"probe,omitempty"`
+	// Within is the deadline after injection: detected later is late.
+	Within Duration `json:"within"`
+}
+
+// Check is a named probe whose condition must hold (steady state) or must
+// not (abort).
+type Check struct {
+	Name  string    `json:"name"`
+	Probe ProbeSpec `json:"probe"`
+}
+
+// ProbeSpec defines a probe; exactly one field is set.
+type ProbeSpec struct {
+	Detector  string          `json:"detector,omitempty"`
+	Threshold *ThresholdProbe `json:"threshold,omitempty"`
+	Log       *LogProbe       `json:"log,omitempty"`
+}
+
+// ThresholdProbe holds when metric OP value holds for every sample of a
+// matching series over the last For (PromQL: `metric{labels} OP value`
+// with `for: For`).
+type ThresholdProbe struct {
+	Metric string            `json:"metric"`
+	Labels map[string]string `json:"labels,omitempty"`
+	Op     string            `json:"op"`
+	Value  float64           `json:"value"`
+	For    Duration          `json:"for,omitempty"`
+	// Absent holds when no matching series has a sample in the last For
+	// (PromQL absent_over_time); Op and Value are then ignored.
+	Absent bool `json:"absent,omitempty"`
+}
+
+// LogProbe holds when a kernel log line matching Pattern (RE2) appears.
+type LogProbe struct {
+	Pattern string `json:"pattern"`
+}
+
+// BlastRadius caps the targets of one run.
+type BlastRadius struct {
+	// MaxNodes defaults to 1, MaxGPUs to 8.
+	MaxNodes int `json:"maxNodes,omitempty"`
+	MaxGPUs  int `json:"maxGPUs,omitempty"`
+	// MaxConcurrent caps experiments running at once on the same targets
+	// (the controller enforces it); defaults to 1.
+	MaxConcurrent int `json:"maxConcurrent,omitempty"`
+}
+
+// Default blast-radius caps.
+const (
+	DefaultMaxNodes      = 1
+	DefaultMaxGPUs       = 8
+	DefaultMaxConcurrent = 1
+)
+
+// Duration is a time.Duration written as a Go duration string ("90s").
+type Duration struct {
+	time.Duration
+}
+
+// MarshalJSON writes the duration as a string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(d.Duration.String())
+}
+
+// UnmarshalJSON reads a Go duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string such as \"90s\", got %s", b)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("invalid duration %q", s)
+	}
+	d.Duration = v
+	return nil
+}
+
+// ParamValue is one fault parameter as written: a YAML scalar kept as text
+// so the catalogue can parse it by the parameter's type.
+type ParamValue string
+
+// UnmarshalJSON accepts a string, number or boolean.
+func (p *ParamValue) UnmarshalJSON(b []byte) error {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	switch x := v.(type) {
+	case string:
+		*p = ParamValue(x)
+	case float64:
+		*p = ParamValue(string(b))
+	case bool:
+		*p = ParamValue(strconv.FormatBool(x))
+	default:
+		return fmt.Errorf("parameter must be a scalar, got %s", b)
+	}
+	return nil
+}

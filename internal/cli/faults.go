@@ -1,0 +1,128 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+)
+
+func newFaultsCmd() *cobra.Command {
+	var f format
+	var family string
+	cmd := &cobra.Command{
+		Use:   "faults [ID]",
+		Short: "List the fault catalogue, or show one fault in full",
+		Long: `List every fault gpuchaos knows: id, family, scope, safety class, the
+mechanisms that cause it and the monitoring layers each reaches.
+With an ID, show that fault's parameters (type, default, bounds) too.`,
+		Example: `  gpuchaos faults
+  gpuchaos faults --family nccl
+  gpuchaos faults hardware.xid
+  gpuchaos faults --format json | jq '.[].id'`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			list := catalog.All()
+			if family != "" {
+				var keep []*catalog.Fault
+				for _, x := range list {
+					if string(x.Family) == family {
+						keep = append(keep, x)
+					}
+				}
+				if keep == nil {
+					return fmt.Errorf("--family: %q is not a family (%s)", family, familyNames())
+				}
+				list = keep
+			}
+			if len(args) == 1 {
+				x, ok := catalog.Lookup(args[0])
+				if !ok {
+					return fmt.Errorf("fault %q is not in the catalogue (see 'gpuchaos faults')", args[0])
+				}
+				if f == "json" {
+					return writeJSON(cmd.OutOrStdout(), x)
+				}
+				return printFault(cmd, x)
+			}
+			if f == "json" {
+				return writeJSON(cmd.OutOrStdout(), list)
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSCOPE\tSAFETY\tMECHANISMS\tSUMMARY")
+			for _, x := range list {
+				var mechs []string
+				for _, m := range x.Mechanisms {
+					mechs = append(mechs, m.Name)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", x.ID, x.Scope, x.Safety, strings.Join(mechs, ","), x.Summary)
+			}
+			return tw.Flush()
+		},
+	}
+	addFormatFlag(cmd, &f)
+	cmd.Flags().StringVar(&family, "family", "", "only faults of this family ("+familyNames()+")")
+	return cmd
+}
+
+func familyNames() string {
+	var s []string
+	for _, f := range catalog.Families() {
+		s = append(s, string(f))
+	}
+	return strings.Join(s, ", ")
+}
+
+func printFault(cmd *cobra.Command, x *catalog.Fault) error {
+	w := cmd.OutOrStdout()
+	fmt.Fprintf(w, "%s (%s, scope %s, %s)\n  %s\n", x.ID, x.Family, x.Scope, x.Safety, x.Summary)
+	if len(x.Params) > 0 {
+		fmt.Fprintln(w, "\nParameters:")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, p := range x.Params {
+			bounds := ""
+			switch {
+			case len(p.Enum) > 0:
+				bounds = strings.Join(p.Enum, "|")
+			case p.Min != "" || p.Max != "":
+				bounds = "[" + p.Min + ", " + p.Max + "]"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\tdefault %s\t%s\t%s\n", p.Name, p.Type, p.Default, bounds, p.Help)
+		}
+		tw.Flush()
+	}
+	fmt.Fprintln(w, "\nMechanisms:")
+	for _, m := range x.Mechanisms {
+		fmt.Fprintf(w, "  %s [%s] on %s: reaches %s", m.Name, m.Safety, strings.Join(m.Targets, ","), layers(m.Reaches))
+		if len(m.Misses) > 0 {
+			fmt.Fprintf(w, "; misses %s", layers(m.Misses))
+		}
+		fmt.Fprintf(w, "\n    %s\n", m.Description)
+	}
+	s := x.Signature
+	fmt.Fprintln(w, "\nSignature:")
+	if len(s.Series) > 0 {
+		fmt.Fprintf(w, "  series: %s\n", strings.Join(s.Series, ", "))
+	}
+	for _, l := range s.Logs {
+		fmt.Fprintf(w, "  log: %s\n", l)
+	}
+	if s.Workload != "" {
+		fmt.Fprintf(w, "  workload: %s\n", s.Workload)
+	}
+	if s.Silent {
+		fmt.Fprintln(w, "  silent: no GPU metric changes")
+	}
+	return nil
+}
+
+func layers(ls []catalog.Layer) string {
+	s := make([]string, len(ls))
+	for i, l := range ls {
+		s[i] = string(l)
+	}
+	return strings.Join(s, ",")
+}

@@ -1,0 +1,4 @@
+// Package target resolves an experiment's selector against an inventory of
+// nodes, GPUs and job ranks into the concrete targets one run touches, and
+// enforces the blast-radius caps before anything is injected.
+package target

@@ -1,0 +1,51 @@
+package target
+
+import "github.com/gpuchaos/gpuchaos/internal/catalog"
+
+// Ref is one resolved target: the thing a single injection touches. Kind
+// says which fields matter: a GPU has Node, GPU, UUID and PCI; a node has
+// Node; a rank has Job, Rank and the Node and GPU it runs on; a job has Job.
+type Ref struct {
+	Kind catalog.Scope `json:"kind"`
+	Node string        `json:"node,omitempty"`
+	GPU  int           `json:"gpu"`
+	UUID string        `json:"uuid,omitempty"`
+	// PCI is the bus id as dcgm-exporter prints it, 00000000:18:00.0.
+	PCI  string `json:"pci_bus_id,omitempty"`
+	Job  string `json:"job,omitempty"`
+	Rank int    `json:"rank"`
+}
+
+// Inventory is what a target (twin, node, cluster) offers to select from.
+type Inventory struct {
+	Nodes []Node `json:"nodes"`
+	Jobs  []Job  `json:"jobs"`
+}
+
+// Node is one machine.
+type Node struct {
+	Name   string            `json:"name"`
+	Labels map[string]string `json:"labels,omitempty"`
+	GPUs   []GPU             `json:"gpus"`
+}
+
+// GPU is one device of a node.
+type GPU struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid"`
+	PCI   string `json:"pci_bus_id"`
+	Model string `json:"model"`
+}
+
+// Job is one training job and where its ranks run.
+type Job struct {
+	Name  string `json:"name"`
+	Ranks []Rank `json:"ranks"`
+}
+
+// Rank is one process of a job, bound to one GPU.
+type Rank struct {
+	Rank int    `json:"rank"`
+	Node string `json:"node"`
+	GPU  int    `json:"gpu"`
+}
