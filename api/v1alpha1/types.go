@@ -33,6 +33,10 @@ type Experiment struct {
 	TypeMeta `json:",inline"`
 	Metadata ObjectMeta     `json:"metadata"`
 	Spec     ExperimentSpec `json:"spec"`
+
+	// src records where Load found each field, for Locate; nil for
+	// experiments built in code or decoded from the API server.
+	src *sourceMap
 }
 
 // ExperimentSpec is the desired experiment.

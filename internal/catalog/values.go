@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -108,7 +109,7 @@ func (p *Param) Parse(text string) (any, error) {
 		return v, nil
 	case ParamFloat:
 		v, err := strconv.ParseFloat(strings.TrimSpace(text), 64)
-		if err != nil {
+		if err != nil || math.IsNaN(v) || math.IsInf(v, 0) {
 			return nil, fmt.Errorf("%q is not a number", text)
 		}
 		if err := bound(p, v, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }); err != nil {

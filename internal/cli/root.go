@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -79,7 +80,12 @@ digital twin of two 8-GPU H200 nodes, no GPU or cluster needed.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(
+		newDemoCmd(),
+		newRunCmd(),
 		newFaultsCmd(),
+		newXIDCmd(),
+		newTopoCmd(),
+		newTwinCmd(),
 	)
 	return root
 }
@@ -136,3 +142,5 @@ func writeJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
+
+func sortStrings(s []string) { slices.Sort(s) }

@@ -1,0 +1,174 @@
+package catalog
+
+import (
+	"errors"
+	"path/filepath"
+)
+
+// pathParam names the checkpoint directory a checkpoint fault works on.
+func pathParam() Param {
+	return Param{Name: "path", Type: ParamString, Default: "", Help: "checkpoint directory; empty for the one the job declares"}
+}
+
+// checkPath accepts an empty path (the job's own directory) or a clean
+// absolute one. A relative path would depend on the agent's working
+// directory, and ".." could lead a byte flip or a fill outside the
+// checkpoints.
+func checkPath(v Values) error {
+	p := v.String("path")
+	if p == "" {
+		return nil
+	}
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return &ParamError{Param: "path", Err: errors.New("must be a clean absolute path such as /checkpoints/run1")}
+	}
+	return nil
+}
+
+// checkpointFaults attack the job's ability to save and restore its state
+// (strategy 6 of the talk). None of them shows in GPU telemetry; the job's
+// own checkpoint metrics, or a restart that falls back, are where they show.
+func checkpointFaults() []*Fault {
+	workload := func() []Layer { return []Layer{LayerWorkload} }
+	ckptSeries := func(extra ...string) []string {
+		return append([]string{seriesJobCheckpointSeconds, seriesJobCheckpointFails, seriesJobLastCheckpoint}, extra...)
+	}
+	return []*Fault{
+		{
+			ID:      "checkpoint.kill-writer",
+			Family:  FamilyCheckpoint,
+			Summary: "Kill the process writing a checkpoint in the middle of the write",
+			Scope:   ScopeJob,
+			Safety:  SafetyDisruptive,
+			Params: []Param{
+				pathParam(),
+				{Name: "signal", Type: ParamEnum, Default: "SIGKILL", Enum: []string{"SIGKILL", "SIGTERM"}, Help: "signal to send; SIGTERM lets a well-behaved writer clean up"},
+			},
+			// In Kubernetes the container's restart shows in the pod status.
+			Detectable: []Layer{LayerWorkload, LayerK8sAPI},
+			Mechanisms: []Mechanism{{
+				Name: "signal", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerK8sAPI},
+				Description: "Watches the checkpoint directory with fanotify and signals the process that opens a file there for " +
+					"writing once it has written some bytes, so the checkpoint is torn.",
+			}},
+			Signature: Signature{
+				Series:   ckptSeries(seriesJobRestartsTotal, seriesJobUp),
+				Workload: "The job dies mid-checkpoint and restarts from the previous complete checkpoint; a torn file is left behind unless the writer renames atomically.",
+				Silent:   true,
+				Effects:  fixedEffects(Effect{Kind: EffectCheckpoint, Mode: "kill-writer"}),
+			},
+			Check: checkPath,
+		},
+		{
+			ID:      "checkpoint.fill-volume",
+			Family:  FamilyCheckpoint,
+			Summary: "Fill the checkpoint volume so the next checkpoint cannot be written",
+			Scope:   ScopeJob,
+			Safety:  SafetyDisruptive,
+			Params: []Param{
+				pathParam(),
+				{Name: "free", Type: ParamBytes, Default: "0", Min: "0", Unit: "bytes", Help: "free space to leave on the volume"},
+			},
+			Detectable: []Layer{LayerWorkload, LayerExporterMetrics},
+			Mechanisms: []Mechanism{{
+				Name: "fallocate", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerExporterMetrics},
+				Description: "Allocates one file on the volume with fallocate(2) so that only the chosen free space is left, and deletes " +
+					"it on recovery. Filesystem metrics (node-exporter, kubelet volume stats) see the space go.",
+			}},
+			Signature: Signature{
+				Series:   ckptSeries("node_filesystem_avail_bytes", "kubelet_volume_stats_available_bytes"),
+				Workload: "Checkpoint writes fail with 'No space left on device'; a job that ignores the failure trains on without a recent checkpoint.",
+				Silent:   true,
+				Effects:  fixedEffects(Effect{Kind: EffectCheckpoint, Mode: "fill"}),
+			},
+			Check: checkPath,
+		},
+		{
+			ID:      "checkpoint.slow-storage",
+			Family:  FamilyCheckpoint,
+			Summary: "Checkpoint storage at a fraction of its bandwidth; synchronous checkpoints stall the job",
+			Scope:   ScopeJob,
+			Safety:  SafetyDisruptive,
+			Params: []Param{
+				pathParam(),
+				{Name: "factor", Type: ParamFloat, Default: "0.1", Min: "0.001", Max: "1", Help: "multiplier of the storage bandwidth"},
+			},
+			// A real slow device also shows in disk latency metrics; both
+			// mechanisms throttle above the device, so the disk itself looks
+			// healthy and they miss that layer.
+			Detectable: []Layer{LayerWorkload, LayerExporterMetrics},
+			Mechanisms: []Mechanism{
+				{
+					Name: "cgroup-io", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
+					Reaches: workload(), Misses: []Layer{LayerExporterMetrics},
+					Description: "Sets io.max (cgroup v2) or blkio throttle (v1) on the job's cgroup for the volume's block device to factor " +
+						"× its measured bandwidth, and removes it on recovery. Block devices only: no effect on NFS or Lustre.",
+				},
+				{
+					Name: "fuse-latency", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
+					Reaches: workload(), Misses: []Layer{LayerExporterMetrics},
+					Description: "Mounts a FUSE pass-through over the checkpoint directory that paces reads and writes to factor × the " +
+						"measured bandwidth; works on any filesystem, but files the job already has open keep the fast path.",
+				},
+			},
+			Signature: Signature{
+				Series:   ckptSeries(seriesJobStepSeconds, "node_disk_write_time_seconds_total"),
+				Workload: "Checkpoints take 1/factor as long; a synchronous checkpoint stalls every rank for that time, an asynchronous one only delays the next.",
+				Silent:   true,
+				Effects: func(v Values) []Effect {
+					return []Effect{{Kind: EffectCheckpoint, Mode: "slow", Factor: v.Float("factor")}}
+				},
+			},
+			Check: checkPath,
+		},
+		{
+			ID:      "checkpoint.storage-partition",
+			Family:  FamilyCheckpoint,
+			Summary: "Checkpoint storage stops answering; writes hang",
+			Scope:   ScopeJob,
+			Safety:  SafetyDisruptive,
+			Params:  []Param{pathParam()},
+			// A network filesystem whose server vanished logs it ("nfs:
+			// server ... not responding"); a FUSE stall does not.
+			Detectable: []Layer{LayerWorkload, LayerKernelLog},
+			Mechanisms: []Mechanism{{
+				Name: "fuse-latency", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
+				Reaches: workload(), Misses: []Layer{LayerKernelLog},
+				Description: "Mounts the FUSE pass-through over the checkpoint directory and holds every write until recovery, " +
+					"as a hung network filesystem does.",
+			}},
+			Signature: Signature{
+				Series:   ckptSeries(seriesJobStepsTotal),
+				Logs:     []string{"nfs: server storage-0 not responding, still trying"},
+				Workload: "Checkpoint writes block in D state; a synchronous checkpoint stalls the whole job, an asynchronous one piles up.",
+				Silent:   true,
+				Effects:  fixedEffects(Effect{Kind: EffectCheckpoint, Mode: "partition"}),
+			},
+			Check: checkPath,
+		},
+		{
+			ID:      "checkpoint.corrupt-newest",
+			Family:  FamilyCheckpoint,
+			Summary: "Flip bytes in the newest checkpoint so the next restore fails or falls back",
+			Scope:   ScopeJob,
+			Safety:  SafetyDisruptive,
+			Params: []Param{
+				pathParam(),
+				{Name: "bytes", Type: ParamInt, Default: "64", Min: "1", Max: "1048576", Unit: "bytes", Help: "number of bytes to flip, at random offsets"},
+			},
+			Detectable: workload(),
+			Mechanisms: []Mechanism{{
+				Name: "byte-flip", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: workload(),
+				Description: "Inverts bytes at random offsets of the newest checkpoint file, recording each offset and original byte " +
+					"in the ledger first so that recovery puts them back.",
+			}},
+			Signature: Signature{
+				Series:   []string{seriesJobRestartsTotal, seriesJobLastCheckpoint},
+				Workload: "Nothing until the next restore: then loading fails (a checksum or unpickling error) and the job falls back one checkpoint, or trains on silently damaged weights if nothing checks.",
+				Silent:   true,
+				Effects:  fixedEffects(Effect{Kind: EffectCheckpoint, Mode: "corrupt"}),
+			},
+			Check: checkPath,
+		},
+	}
+}

@@ -1,0 +1,167 @@
+package catalog
+
+import "math"
+
+// PCIe copy-storm model. Both figures are assumptions until measured: a
+// Gen5 x16 link moves about 55 GB/s of host-device copies in practice, and
+// a data-loader-fed training step spends about a tenth of its time in
+// host-to-device input copies that do not overlap compute.
+const (
+	pcieLinkBytesPerSecond = 55e9
+	pcieCopyShareOfStep    = 0.1
+	// pcieMaxTaken caps the share of the link the storm is modelled to
+	// take: PCIe arbitrates fairly, so the job always keeps some.
+	pcieMaxTaken = 0.9
+)
+
+// pcieSlowdown is the step-time factor of a copy storm of rate bytes per
+// second: the job's copies get the link share the storm leaves, so their
+// time grows by 1/(1-taken), and only the copy share of the step slows.
+func pcieSlowdown(rate float64) float64 {
+	taken := math.Min(rate/pcieLinkBytesPerSecond, pcieMaxTaken)
+	return 1 + pcieCopyShareOfStep*(1/(1-taken)-1)
+}
+
+// ceilingParam is the temperature ceiling every burn obeys (DESIGN.md §7:
+// burn and soak stop within two seconds of crossing it).
+func ceilingParam(def string) Param {
+	return Param{Name: "ceiling", Type: ParamInt, Default: def, Min: "40", Max: "95", Unit: "°C", Help: "GPU temperature at which the burn stops within two seconds"}
+}
+
+// exhaustionFaults take a resource from the job (strategy 2 of the talk). The
+// mechanisms really consume the resource, so they reach every layer a real
+// co-tenant would.
+func exhaustionFaults() []*Fault {
+	gpuLayers := func() []Layer {
+		return []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload}
+	}
+	return []*Fault{
+		{
+			ID:      "exhaustion.sm-burn",
+			Family:  FamilyExhaustion,
+			Summary: "A co-tenant kernel burns a share of the GPU's SMs beside the job",
+			Scope:   ScopeGPU,
+			Safety:  SafetyDisruptive,
+			Params: []Param{
+				{Name: "load", Type: ParamFloat, Default: "0.5", Min: "0.05", Max: "1", Unit: "of SMs", Help: "share of the SMs the burn occupies"},
+				ceilingParam("85"),
+			},
+			Detectable: gpuLayers(),
+			Mechanisms: []Mechanism{{
+				Name: "burn", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: gpuLayers(),
+				Description: "Runs gpuchaos' own FMA and GEMM kernels (loaded through purego, no CUDA toolkit) on load × SMs from a second " +
+					"process, checking their results for silent corruption, and stops at the temperature ceiling.",
+			}},
+			Signature: Signature{
+				Series:   []string{"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP", seriesJobStepSeconds},
+				Workload: "The rank's kernels share the SMs: its steps slow, and with them the whole synchronous job.",
+				Effects:  func(v Values) []Effect { return []Effect{{Kind: EffectSMLoad, Value: v.Float("load")}} },
+			},
+		},
+		{
+			ID:      "exhaustion.vram",
+			Family:  FamilyExhaustion,
+			Summary: "A co-tenant holds most of the GPU's HBM; the job runs out of memory",
+			Scope:   ScopeGPU,
+			Safety:  SafetyDisruptive,
+			Params: []Param{
+				{Name: "fraction", Type: ParamFloat, Default: "0.9", Min: "0.01", Max: "0.99", Unit: "of HBM", Help: "share of the GPU's memory to hold"},
+			},
+			Detectable: gpuLayers(),
+			Mechanisms: []Mechanism{{
+				Name: "cuda-malloc", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: gpuLayers(),
+				Description: "Allocates and touches fraction × HBM with cuMemAlloc from a second process and frees it on recovery. " +
+					"Memory the job already holds is never taken, so a running job fails only at its next allocation.",
+			}},
+			Signature: Signature{
+				Series:   []string{"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"},
+				Workload: "The next allocation that does not fit fails with 'CUDA out of memory'; PyTorch's caching allocator may hide it until the working set grows.",
+				Effects:  func(v Values) []Effect { return []Effect{{Kind: EffectVRAM, Value: v.Float("fraction")}} },
+			},
+		},
+		{
+			ID:         "exhaustion.thermal-soak",
+			Family:     FamilyExhaustion,
+			Summary:    "A long full burn that heat-soaks the GPU, its neighbours and the chassis",
+			Scope:      ScopeGPU,
+			Safety:     SafetyDisruptive,
+			Params:     []Param{ceilingParam("87")},
+			Detectable: gpuLayers(),
+			Mechanisms: []Mechanism{{
+				Name: "burn", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: gpuLayers(),
+				Description: "Runs the full burn on every SM for the experiment's duration so heat builds in the board and chassis; " +
+					"it stops within two seconds of the temperature ceiling.",
+			}},
+			Signature: Signature{
+				Series:   []string{"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_THERMAL_VIOLATION"},
+				Workload: "The rank slows while the burn shares its SMs, and more once the GPU passes its slowdown temperature.",
+				// The heat follows from the load through the twin's thermal
+				// model; cooling itself is unchanged.
+				Effects: fixedEffects(Effect{Kind: EffectSMLoad, Value: 1}),
+			},
+		},
+		{
+			ID:      "exhaustion.pcie",
+			Family:  FamilyExhaustion,
+			Summary: "A host-device copy storm saturates the GPU's PCIe link and starves the job's input pipeline",
+			Scope:   ScopeGPU,
+			Safety:  SafetyDisruptive,
+			Params: []Param{
+				{Name: "rate", Type: ParamBytes, Default: "25G", Min: "1M", Max: "128G", Unit: "bytes/s", Help: "host-device copy traffic to generate, both directions together"},
+			},
+			Detectable: gpuLayers(),
+			Mechanisms: []Mechanism{{
+				Name: "cuda-memcpy", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: gpuLayers(),
+				Description: "Loops pinned host-to-device and device-to-host copies (cuMemcpyHtoDAsync, cuMemcpyDtoHAsync) from a second " +
+					"process, paced to the rate.",
+			}},
+			Signature: Signature{
+				Series:   []string{"DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_DEV_MEM_COPY_UTIL", seriesJobStepSeconds},
+				Workload: "Input copies and any host offload slow down; the step slows by the copies' share of it.",
+				Effects: func(v Values) []Effect {
+					rate := float64(v.Int("rate"))
+					return []Effect{{Kind: EffectPCIe, Value: rate, Factor: pcieSlowdown(rate)}}
+				},
+			},
+		},
+		{
+			ID:      "exhaustion.noisy-neighbour",
+			Family:  FamilyExhaustion,
+			Summary: "A second tenant shares the GPU (time-slicing or MPS) and takes SMs and memory",
+			Scope:   ScopeGPU,
+			Safety:  SafetyDisruptive,
+			Params: []Param{
+				{Name: "share", Type: ParamFloat, Default: "0.5", Min: "0.05", Max: "0.95", Unit: "of SMs", Help: "share of the SMs the neighbour keeps busy"},
+				{Name: "memory", Type: ParamFloat, Default: "0.1", Min: "0", Max: "0.9", Unit: "of HBM", Help: "share of the GPU's memory the neighbour holds; 0 for none"},
+			},
+			// In Kubernetes the neighbour is a pod bound to the same GPU,
+			// which the API shows.
+			Detectable: []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload, LayerK8sAPI},
+			Mechanisms: []Mechanism{
+				{
+					Name: "sidecar", Targets: targetsK8s(), Safety: SafetyDisruptive,
+					Reaches: []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload, LayerK8sAPI},
+					Description: "Schedules a burn pod onto the job's GPU through the device plugin's time-slicing or MPS sharing " +
+						"and deletes it on recovery; the GPU must be shared for the pod to land there.",
+				},
+				{
+					Name: "burn", Targets: targetsLocal(), Safety: SafetyDisruptive,
+					Reaches:     []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload},
+					Misses:      []Layer{LayerK8sAPI},
+					Description: "Runs the burn and holds the memory from a second process on the node, outside any scheduler.",
+				},
+			},
+			Signature: Signature{
+				Series:   []string{"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_POWER_USAGE", seriesJobStepSeconds},
+				Workload: "The rank's steps slow and vary with the neighbour's load; memory headroom shrinks.",
+				Effects: func(v Values) []Effect {
+					out := []Effect{{Kind: EffectSMLoad, Value: v.Float("share")}}
+					if m := v.Float("memory"); m > 0 {
+						out = append(out, Effect{Kind: EffectVRAM, Value: m})
+					}
+					return out
+				},
+			},
+		},
+	}
+}

@@ -1,0 +1,174 @@
+package catalog
+
+// Collective bandwidth factors of NCCL environment faults: bus bandwidth of a
+// 256 MiB all-reduce under the fault over the default 301 GB/s, measured with
+// PyTorch on 2× H200 joined by NVLink (NV18), NCCL 2.28 (DESIGN.md §5).
+const (
+	ncclP2POffFactor     = 28.0 / 301  // NCCL_P2P_DISABLE=1: through host memory
+	ncclSocketFactor     = 3.1 / 301   // P2P, SHM and IB off: TCP sockets
+	ncclOneChannelFactor = 21.0 / 301  // NCCL_MAX_NCHANNELS=1
+	ncclLLFactor         = 115.0 / 301 // NCCL_PROTO=LL
+	ncclLL128Factor      = 277.0 / 301 // NCCL_PROTO=LL128
+)
+
+// ncclProtoFactor maps NCCL_PROTO to its measured factor. Simple is what
+// NCCL picks for large messages anyway, so forcing it changes nothing there.
+func ncclProtoFactor(proto string) float64 {
+	switch proto {
+	case "LL":
+		return ncclLLFactor
+	case "LL128":
+		return ncclLL128Factor
+	}
+	return 1
+}
+
+// envMechanism relaunches the job with a changed NCCL environment. The
+// transport NCCL then picks is real, so the mechanism reaches every layer a
+// real misconfiguration would; reaches is the fault's detectable list.
+func envMechanism(env string, reaches ...Layer) Mechanism {
+	return Mechanism{
+		Name: "env", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: reaches,
+		Description: "Relaunches the workload with " + env + " (a restart of the job's ranks, from its last checkpoint) " +
+			"and relaunches it with its own environment on recovery.",
+	}
+}
+
+// ncclFaults force NCCL onto slower paths through its environment (strategy
+// 3 of the talk) — the faults a bad container image or a missing IPC
+// permission cause in production without any error.
+func ncclFaults() []*Fault {
+	linkLayers := func() []Layer {
+		return []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload}
+	}
+	slowSeries := func() []string {
+		return []string{"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", seriesJobBusBandwidth, seriesJobStepSeconds}
+	}
+	return []*Fault{
+		{
+			ID:         "nccl.p2p-off",
+			Family:     FamilyNCCL,
+			Summary:    "NCCL_P2P_DISABLE=1: intra-node collectives leave NVLink for host memory",
+			Scope:      ScopeJob,
+			Safety:     SafetySafe,
+			Detectable: linkLayers(),
+			Mechanisms: []Mechanism{envMechanism("NCCL_P2P_DISABLE=1", linkLayers()...)},
+			Signature: Signature{
+				Series:   append(slowSeries(), "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"),
+				Workload: "All-reduce bus bandwidth falls from 301 to 28 GB/s on 2× H200; NCCL_DEBUG=INFO shows channels 'via SHM/direct/direct' instead of 'via P2P/…'. No error.",
+				Effects:  fixedEffects(Effect{Kind: EffectCollective, Mode: "intra", Factor: ncclP2POffFactor}),
+			},
+		},
+		{
+			ID:         "nccl.shm-off",
+			Family:     FamilyNCCL,
+			Summary:    "NCCL_SHM_DISABLE=1: no shared-memory transport; harmless while P2P works",
+			Scope:      ScopeJob,
+			Safety:     SafetySafe,
+			Detectable: []Layer{LayerWorkload},
+			Mechanisms: []Mechanism{envMechanism("NCCL_SHM_DISABLE=1", LayerWorkload)},
+			Signature: Signature{
+				Series:   []string{seriesJobBusBandwidth},
+				Workload: "Nothing on an NVLink box: only the NCCL_DEBUG=INFO transport lines show it. Combined with P2P off, traffic falls back to sockets.",
+				Silent:   true,
+				// Factor 1: NCCL keeps P2P over NVLink between GPUs of one
+				// node, and SHM is only its fallback when P2P is impossible,
+				// so disabling it alone changes no path on an NVLink box.
+				Effects: fixedEffects(Effect{Kind: EffectCollective, Mode: "intra", Factor: 1}),
+			},
+		},
+		{
+			ID:         "nccl.socket-fallback",
+			Family:     FamilyNCCL,
+			Summary:    "P2P, SHM and IB off: every collective goes over TCP sockets",
+			Scope:      ScopeJob,
+			Safety:     SafetySafe,
+			Detectable: linkLayers(),
+			Mechanisms: []Mechanism{envMechanism("NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1", linkLayers()...)},
+			Signature: Signature{
+				Series:   slowSeries(),
+				Workload: "Bus bandwidth falls from 301 to 3.1 GB/s on 2× H200 (about 100× slower); NCCL_DEBUG=INFO shows 'via NET/Socket'. Step time balloons; no error.",
+				// One factor for both paths, as measured intra-node. Across
+				// nodes TCP over the same NIC loses less against RDMA, so this
+				// overstates the inter-node loss; the twin errs towards
+				// making the fault visible.
+				Effects: fixedEffects(Effect{Kind: EffectCollective, Mode: "all", Factor: ncclSocketFactor}),
+			},
+		},
+		{
+			ID:      "nccl.proto",
+			Family:  FamilyNCCL,
+			Summary: "NCCL_PROTO forces one protocol; LL wastes half of every line on flags",
+			Scope:   ScopeJob,
+			Safety:  SafetySafe,
+			Params: []Param{
+				{Name: "proto", Type: ParamEnum, Default: "LL", Enum: []string{"LL", "LL128", "Simple"}, Help: "protocol to force (NCCL_PROTO)"},
+			},
+			Detectable: linkLayers(),
+			Mechanisms: []Mechanism{envMechanism("NCCL_PROTO set to the chosen protocol", linkLayers()...)},
+			Signature: Signature{
+				Series:   slowSeries(),
+				Workload: "Large all-reduces slow: 115 GB/s with LL, 277 with LL128, against 301 (Simple) on 2× H200. Small messages may get faster.",
+				Effects: func(v Values) []Effect {
+					return []Effect{{Kind: EffectCollective, Mode: "intra", Factor: ncclProtoFactor(v.String("proto"))}}
+				},
+			},
+		},
+		{
+			ID:      "nccl.algo",
+			Family:  FamilyNCCL,
+			Summary: "NCCL_ALGO forces one collective algorithm; matters at scale, not on one node",
+			Scope:   ScopeJob,
+			Safety:  SafetySafe,
+			Params: []Param{
+				{Name: "algo", Type: ParamEnum, Default: "Tree", Enum: []string{"Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "PAT"}, Help: "algorithm to force (NCCL_ALGO); NCCL fails at init when the algorithm is unavailable on the system"},
+			},
+			Detectable: []Layer{LayerWorkload},
+			Mechanisms: []Mechanism{envMechanism("NCCL_ALGO set to the chosen algorithm", LayerWorkload)},
+			Signature: Signature{
+				Series:   []string{seriesJobBusBandwidth, seriesJobStepSeconds},
+				Workload: "No change on 2 GPUs (measured). At scale Ring against Tree trades bandwidth for latency, so the wrong choice slows large jobs; an unavailable algorithm (CollnetDirect without SHARP, NVLS without NVSwitch) fails NCCL init.",
+				Silent:   true,
+				// Factor 1: measured no effect on 2× H200, where every
+				// algorithm degenerates to the same exchange. The twin does
+				// not model algorithm choice at scale.
+				Effects: fixedEffects(Effect{Kind: EffectCollective, Mode: "all", Factor: 1}),
+			},
+		},
+		{
+			ID:         "nccl.one-channel",
+			Family:     FamilyNCCL,
+			Summary:    "NCCL_MAX_NCHANNELS=1: one channel, one SM's worth of collective bandwidth",
+			Scope:      ScopeJob,
+			Safety:     SafetySafe,
+			Detectable: linkLayers(),
+			Mechanisms: []Mechanism{envMechanism("NCCL_MAX_NCHANNELS=1", linkLayers()...)},
+			Signature: Signature{
+				Series:   slowSeries(),
+				Workload: "Bus bandwidth falls from 301 to 21 GB/s on 2× H200; no error.",
+				Effects:  fixedEffects(Effect{Kind: EffectCollective, Mode: "intra", Factor: ncclOneChannelFactor}),
+			},
+		},
+		{
+			ID:      "nccl.ib-timeout",
+			Family:  FamilyNCCL,
+			Summary: "A short NCCL_IB_TIMEOUT: on a lossy fabric, retransmits become hard failures",
+			Scope:   ScopeJob,
+			Safety:  SafetySafe,
+			Params: []Param{
+				{Name: "timeout", Type: ParamInt, Default: "1", Min: "1", Max: "22", Help: "NCCL_IB_TIMEOUT exponent: the InfiniBand verbs timeout is 4.096 µs × 2^timeout (NCCL's default is 20 in current releases, 18 or 14 in older ones)"},
+			},
+			Detectable: []Layer{LayerWorkload},
+			Mechanisms: []Mechanism{envMechanism("NCCL_IB_TIMEOUT set to the chosen exponent", LayerWorkload)},
+			Signature: Signature{
+				Series:   []string{seriesJobUp, seriesJobRestartsTotal},
+				Workload: "Nothing on a clean fabric. With loss or congestion the queue pair exhausts its retries and the job dies with 'NET/IB : Got completion ... status=12 (transport retry counter exceeded)'.",
+				Silent:   true,
+				// Factor 1: the timeout changes no bandwidth. It only turns
+				// loss into failure, an interaction the twin does not model,
+				// so on the twin this fault shows nothing.
+				Effects: fixedEffects(Effect{Kind: EffectCollective, Mode: "inter", Factor: 1}),
+			},
+		},
+	}
+}

@@ -1,0 +1,127 @@
+package catalog
+
+// Step-time factors of NUMA faults for a data-loader-heavy job. They are
+// model assumptions, not measurements, until someone measures them on our
+// machines: remote memory puts a cross-socket hop on every host access of
+// the loader and the staging copies (assumed 1.15–1.3×, modelled 1.25),
+// wrong affinity adds remote cache misses and a longer path to the GPU's
+// PCIe root (assumed 1.1–1.2×), and pressure or saturation on the GPU's
+// socket starve the loader in much the same way.
+const (
+	numaRemoteMemoryFactor   = 1.25
+	numaWrongAffinityFactor  = 1.15
+	numaMemoryPressureFactor = 1.2
+	numaCPUSaturationFactor  = 1.2
+)
+
+// nodeParam chooses the NUMA node a NUMA fault uses.
+func nodeParam(help string) Param {
+	return Param{Name: "node", Type: ParamInt, Default: "-1", Min: "-1", Max: "1023", Help: help}
+}
+
+// numaFaults misplace a rank's host memory or threads relative to its GPU
+// (strategy 7 of the talk). They are the silent kind: no GPU metric moves
+// except utilisation falling, so only the job's step time shows them.
+func numaFaults() []*Fault {
+	workload := func() []Layer { return []Layer{LayerWorkload} }
+	series := func() []string { return []string{seriesJobStepSeconds, "DCGM_FI_DEV_GPU_UTIL"} }
+	return []*Fault{
+		{
+			ID:         "numa.remote-memory",
+			Family:     FamilyNUMA,
+			Summary:    "The rank's host memory bound to the NUMA node far from its GPU",
+			Scope:      ScopeRank,
+			Safety:     SafetySafe,
+			Params:     []Param{nodeParam("NUMA node to bind the memory to; -1 for the node farthest from the rank's GPU")},
+			Detectable: workload(),
+			Mechanisms: []Mechanism{
+				{
+					Name: "migrate-pages", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
+					Description: "Moves the running rank's pages to the remote node with migrate_pages(2), and back on recovery; " +
+						"new allocations still follow the rank's own policy.",
+				},
+				{
+					Name: "numactl-launch", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
+					Description: "Relaunches the rank with its memory policy bound to the remote node (set_mempolicy before exec, " +
+						"as numactl --membind does), and relaunches it unbound on recovery.",
+				},
+			},
+			Signature: Signature{
+				Series:   series(),
+				Workload: "Host-side work (data loading, pinned-memory staging) slows; steps take about 1.25× as long. No error anywhere.",
+				Silent:   true,
+				Effects:  fixedEffects(Effect{Kind: EffectCompute, Factor: numaRemoteMemoryFactor}),
+			},
+		},
+		{
+			ID:         "numa.wrong-affinity",
+			Family:     FamilyNUMA,
+			Summary:    "The rank's threads pinned to CPUs of the socket far from its GPU",
+			Scope:      ScopeRank,
+			Safety:     SafetySafe,
+			Params:     []Param{nodeParam("NUMA node whose CPUs the rank is pinned to; -1 for the node farthest from the rank's GPU")},
+			Detectable: workload(),
+			Mechanisms: []Mechanism{
+				{
+					Name: "sched-setaffinity", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
+					Description: "Sets the CPU affinity of every thread of the rank to the remote node's CPUs with sched_setaffinity(2), " +
+						"and restores each thread's previous mask on recovery.",
+				},
+				{
+					Name: "numactl-launch", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
+					Description: "Relaunches the rank bound to the remote node's CPUs (as numactl --cpunodebind does), and unbound on recovery.",
+				},
+			},
+			Signature: Signature{
+				Series:   series(),
+				Workload: "Kernel launches and data loading run from the far socket; steps take about 1.15× as long. No error anywhere.",
+				Silent:   true,
+				Effects:  fixedEffects(Effect{Kind: EffectCompute, Factor: numaWrongAffinityFactor}),
+			},
+		},
+		{
+			ID:      "numa.memory-pressure",
+			Family:  FamilyNUMA,
+			Summary: "Memory pressure on the NUMA node local to the rank's GPU; its allocations spill to the far node",
+			Scope:   ScopeRank,
+			Safety:  SafetySafe,
+			Params: []Param{
+				{Name: "fraction", Type: ParamFloat, Default: "0.8", Min: "0.1", Max: "0.95", Help: "share of the local node's free memory to take"},
+			},
+			Detectable: workload(),
+			Mechanisms: []Mechanism{{
+				Name: "memory-hog", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
+				Description: "Allocates and touches fraction × the local node's free memory from threads bound to that node (mbind), " +
+					"in the agent itself as stress-ng's vm stressor would, and frees it on recovery. Node memory metrics show the hog, not the spill.",
+			}},
+			Signature: Signature{
+				Series:   series(),
+				Workload: "The rank's new host allocations and page cache land on the far node; steps take about 1.2× as long.",
+				Silent:   true,
+				Effects:  fixedEffects(Effect{Kind: EffectCompute, Factor: numaMemoryPressureFactor}),
+			},
+		},
+		{
+			ID:      "numa.cpu-saturation",
+			Family:  FamilyNUMA,
+			Summary: "Busy threads saturate the CPUs of the socket local to the rank's GPU",
+			Scope:   ScopeRank,
+			Safety:  SafetySafe,
+			Params: []Param{
+				{Name: "threads", Type: ParamInt, Default: "0", Min: "0", Max: "4096", Help: "busy threads to run; 0 for one per CPU of the local node"},
+			},
+			Detectable: workload(),
+			Mechanisms: []Mechanism{{
+				Name: "cpu-hog", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
+				Description: "Runs busy-loop threads in the agent, each locked to its OS thread and pinned to one CPU of the local node " +
+					"(as stress-ng's cpu stressor with --taskset would), and stops them on recovery.",
+			}},
+			Signature: Signature{
+				Series:   series(),
+				Workload: "The rank's launch thread and data-loader workers compete for CPU; steps take about 1.2× as long and vary more.",
+				Silent:   true,
+				Effects:  fixedEffects(Effect{Kind: EffectCompute, Factor: numaCPUSaturationFactor}),
+			},
+		},
+	}
+}

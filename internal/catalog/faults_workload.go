@@ -1,0 +1,185 @@
+package catalog
+
+import (
+	"errors"
+	"strings"
+	"time"
+)
+
+// watchdogDefault is PyTorch's NCCL watchdog timeout: a rank stuck in a
+// collective is killed after it (DESIGN.md §6).
+const watchdogDefault = 10 * time.Minute
+
+// workloadFaults are classic workload disruption aimed at training jobs:
+// ranks that die, hang or straggle, pods and nodes that go away.
+func workloadFaults() []*Fault {
+	// A rank or pod that dies frees its GPU memory and idles the GPU, which
+	// GPU telemetry shows; in Kubernetes the restart shows in the API.
+	deathLayers := func() []Layer {
+		return []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload, LayerK8sAPI}
+	}
+	// A hung rank idles its GPU while its peers spin in NCCL kernels at
+	// full utilisation: a pattern GPU telemetry shows before anything dies.
+	hangLayers := func() []Layer {
+		return []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload}
+	}
+	return []*Fault{
+		{
+			ID:      "workload.kill-rank",
+			Family:  FamilyWorkload,
+			Summary: "Kill one rank's process; the job must notice and restart",
+			Scope:   ScopeRank,
+			Safety:  SafetyDisruptive,
+			Params: []Param{
+				{Name: "signal", Type: ParamEnum, Default: "SIGKILL", Enum: []string{"SIGKILL", "SIGTERM", "SIGSEGV"}, Help: "signal to send; SIGSEGV mimics a crash"},
+			},
+			Detectable: deathLayers(),
+			Mechanisms: []Mechanism{{
+				Name: "signal", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: deathLayers(),
+				Description: "Sends the signal to the rank's process (found through its GPU in NVML or its pod). A real death: nothing to recover but the job.",
+			}},
+			Signature: Signature{
+				Series:   []string{"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL", seriesJobUp, seriesJobRestartsTotal},
+				Workload: "The peers' next collective fails or hangs until torchrun's elastic agent tears the job down and restarts it from the last checkpoint.",
+				Effects:  fixedEffects(Effect{Kind: EffectRank, Mode: "kill"}),
+			},
+		},
+		{
+			ID:      "workload.hang-rank",
+			Family:  FamilyWorkload,
+			Summary: "Freeze one rank; its peers wait in a collective until the watchdog fires",
+			Scope:   ScopeRank,
+			Safety:  SafetyDisruptive,
+			Params: []Param{
+				{Name: "watchdog", Type: ParamDuration, Default: watchdogDefault.String(), Min: "1s", Max: "24h", Help: "the job's collective watchdog timeout (PyTorch's NCCL watchdog: 10 minutes by default)"},
+			},
+			Detectable: hangLayers(),
+			Mechanisms: []Mechanism{
+				{
+					Name: "signal", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: hangLayers(),
+					Description: "Sends SIGSTOP to the rank's process and SIGCONT on recovery; its data-loader workers keep running.",
+				},
+				{
+					Name: "cgroup-freeze", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: hangLayers(),
+					Description: "Freezes the rank's whole cgroup (cgroup.freeze on v2, the freezer controller on v1), loader workers " +
+						"included, and thaws it on recovery.",
+				},
+			},
+			Signature: Signature{
+				Series:   []string{"DCGM_FI_DEV_GPU_UTIL", seriesJobStepsTotal, seriesJobUp, seriesJobRestartsTotal},
+				Workload: "The step counter stops; the other ranks sit at 100 % utilisation inside an NCCL kernel until the watchdog aborts the communicator ('Watchdog caught collective operation timeout') and the job restarts.",
+				Effects: func(v Values) []Effect {
+					return []Effect{{Kind: EffectRank, Mode: "hang", Value: v.Duration("watchdog").Seconds()}}
+				},
+			},
+		},
+		{
+			ID:      "workload.straggler",
+			Family:  FamilyWorkload,
+			Summary: "One rank runs slow; in a synchronous job every step waits for it",
+			Scope:   ScopeRank,
+			Safety:  SafetySafe,
+			Params: []Param{
+				{Name: "slowdown", Type: ParamFloat, Default: "1.5", Min: "1", Max: "10", Unit: "x", Help: "multiplier of the rank's step time"},
+			},
+			Detectable: []Layer{LayerWorkload},
+			Mechanisms: []Mechanism{
+				{
+					Name: "cgroup-cpu", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: []Layer{LayerWorkload},
+					Description: "Sets cpu.max (v2) or the CFS quota (v1) on the rank's cgroup to 1/slowdown of what it uses, and " +
+						"removes it on recovery. GPU kernels already queued run at full speed, so the slowdown is approximate for GPU-bound ranks.",
+				},
+				{
+					Name: "duty-cycle", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: []Layer{LayerWorkload},
+					Description: "Alternates SIGSTOP and SIGCONT on the rank so that it runs 1/slowdown of each 100 ms period, and leaves " +
+						"it running on recovery.",
+				},
+			},
+			Signature: Signature{
+				Series:   []string{seriesJobStepSeconds, "DCGM_FI_DEV_GPU_UTIL"},
+				Workload: "Step time grows by the slowdown for the whole job; the other ranks' utilisation falls as they wait in collectives. Fail-slow episodes last 30 s to 10 h in the field.",
+				Silent:   true,
+				Effects:  func(v Values) []Effect { return []Effect{{Kind: EffectCompute, Factor: v.Float("slowdown")}} },
+			},
+		},
+		{
+			ID:         "workload.pod-kill",
+			Family:     FamilyWorkload,
+			Summary:    "Delete the job's pod on a node; it is rescheduled and the job restarts",
+			Scope:      ScopeNode,
+			Safety:     SafetyDisruptive,
+			Params:     []Param{{Name: "grace", Type: ParamDuration, Default: "0s", Min: "0s", Max: "1h", Help: "grace period of the deletion; 0 kills at once"}},
+			Detectable: deathLayers(),
+			Mechanisms: []Mechanism{
+				{
+					Name: "pod-delete", Targets: targetsK8s(), Safety: SafetyDisruptive, Reaches: deathLayers(),
+					Description: "Deletes the job's pod on the node through the API with the grace period; its controller recreates it.",
+				},
+				{
+					Name: "signal", Targets: targetsLocal(), Safety: SafetyDisruptive,
+					Reaches: []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload}, Misses: []Layer{LayerK8sAPI},
+					Description: "Without Kubernetes: sends SIGTERM, then SIGKILL after the grace period, to every process of the job on the node.",
+				},
+			},
+			Signature: Signature{
+				Series:   []string{"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL", seriesJobUp, seriesJobRestartsTotal, "kube_pod_container_status_restarts_total"},
+				Workload: "Every rank on the node dies at once; the job restarts from its last checkpoint once the pod is back.",
+				Effects:  fixedEffects(Effect{Kind: EffectNode, Mode: "pod-kill"}),
+			},
+		},
+		{
+			ID:      "workload.cordon-drain",
+			Family:  FamilyWorkload,
+			Summary: "Cordon a node and, unless told not to, drain it",
+			Scope:   ScopeNode,
+			Safety:  SafetyDisruptive,
+			Params: []Param{
+				{Name: "drain", Type: ParamBool, Default: "true", Help: "evict the node's pods after cordoning; false only cordons"},
+			},
+			Detectable: []Layer{LayerWorkload, LayerK8sAPI},
+			Mechanisms: []Mechanism{{
+				Name: "node-cordon", Targets: targetsK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerK8sAPI},
+				Description: "Marks the node unschedulable and, when draining, evicts its pods through the Eviction API (which honours " +
+					"PodDisruptionBudgets); recovery uncordons it. Evicted pods are not brought back.",
+			}},
+			Signature: Signature{
+				Series:   []string{"kube_node_spec_unschedulable", seriesJobUp, seriesJobRestartsTotal},
+				Workload: "Cordon alone: nothing until the job needs to reschedule. Drain: the job's ranks on the node die and the job waits for capacity elsewhere.",
+				Effects: func(v Values) []Effect {
+					if v.Bool("drain") {
+						return []Effect{{Kind: EffectNode, Mode: "drain"}}
+					}
+					return []Effect{{Kind: EffectNode, Mode: "cordon"}}
+				},
+			},
+		},
+		{
+			ID:      "workload.device-plugin-kill",
+			Family:  FamilyWorkload,
+			Summary: "Kill the node's NVIDIA device plugin; the node stops offering GPUs until it is back",
+			Scope:   ScopeNode,
+			Safety:  SafetyDisruptive,
+			Params: []Param{
+				{Name: "selector", Type: ParamString, Default: "app=nvidia-device-plugin-daemonset", Help: "label selector of the device plugin's pods (the GPU operator's label by default)"},
+			},
+			Detectable: []Layer{LayerK8sAPI},
+			Mechanisms: []Mechanism{{
+				Name: "daemonset-pod-delete", Targets: targetsK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerK8sAPI},
+				Description: "Deletes the device plugin pod on the node; its DaemonSet recreates it. Until it re-registers, the kubelet " +
+					"reports no allocatable GPUs, so new GPU pods stay Pending; running pods keep their GPUs.",
+			}},
+			Signature: Signature{
+				Series:   []string{"kube_node_status_allocatable", "kube_pod_container_status_restarts_total"},
+				Workload: "Running jobs continue; a job restarting on the node cannot get its GPUs until the plugin is back.",
+				Effects:  fixedEffects(Effect{Kind: EffectNode, Mode: "device-plugin-kill"}),
+			},
+			// An empty selector would match every pod on the node.
+			Check: func(v Values) error {
+				if strings.TrimSpace(v.String("selector")) == "" {
+					return &ParamError{Param: "selector", Err: errors.New("must not be empty: it would select every pod on the node")}
+				}
+				return nil
+			},
+		},
+	}
+}

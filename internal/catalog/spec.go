@@ -1,0 +1,175 @@
+package catalog
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+)
+
+// CheckSpec validates one fault of an experiment against the catalogue. It
+// is the v1alpha1.ValidateOptions.CheckFault of every command. The error's
+// Path is relative to the fault: "id" for an unknown fault (the message
+// names the closest id), "mechanism" for a mechanism the fault does not
+// have, "params.<name>" for a parameter that is unknown, unparsable, out of
+// bounds or rejected by the fault's own check (an XID code not in the
+// table).
+func CheckSpec(f v1alpha1.FaultSpec) *v1alpha1.FieldError {
+	_, _, _, fe := resolveSpec(All(), f)
+	return fe
+}
+
+// ResolveSpec looks the fault up, picks the named mechanism and resolves the
+// parameters, as the engine needs them to inject. The mechanism is nil when
+// the spec names none: the engine then takes the first mechanism that runs
+// on its target (see PickMechanism). A failure is a *v1alpha1.FieldError
+// whose Path is relative to the fault, as CheckSpec's.
+func ResolveSpec(f v1alpha1.FaultSpec) (*Fault, *Mechanism, Values, error) {
+	fault, mech, vals, fe := resolveSpec(All(), f)
+	if fe != nil {
+		return nil, nil, nil, fe
+	}
+	return fault, mech, vals, nil
+}
+
+// PickMechanism returns the mechanism of f called name, or, when name is
+// empty, the first one whose Targets include target (twin, local, k8s).
+func PickMechanism(f *Fault, name, target string) (*Mechanism, error) {
+	if name != "" {
+		m := mechanismNamed(f, name)
+		if m == nil {
+			return nil, fmt.Errorf("fault %s has no mechanism %q (known: %s)", f.ID, name, strings.Join(mechanismNames(f), ", "))
+		}
+		if !slices.Contains(m.Targets, target) {
+			return nil, fmt.Errorf("mechanism %s of fault %s does not run on target %s (it runs on %s)", name, f.ID, target, strings.Join(m.Targets, ", "))
+		}
+		return m, nil
+	}
+	for i := range f.Mechanisms {
+		if slices.Contains(f.Mechanisms[i].Targets, target) {
+			return &f.Mechanisms[i], nil
+		}
+	}
+	return nil, fmt.Errorf("fault %s has no mechanism for target %s", f.ID, target)
+}
+
+// resolveSpec does the work of CheckSpec and ResolveSpec over a given list
+// of faults, so tests can use their own.
+func resolveSpec(all []*Fault, f v1alpha1.FaultSpec) (*Fault, *Mechanism, Values, *v1alpha1.FieldError) {
+	i := slices.IndexFunc(all, func(x *Fault) bool { return x.ID == f.ID })
+	if i < 0 {
+		return nil, nil, nil, &v1alpha1.FieldError{Path: "id", Msg: unknownFault(all, f.ID)}
+	}
+	fault := all[i]
+	var mech *Mechanism
+	if f.Mechanism != "" {
+		mech = mechanismNamed(fault, f.Mechanism)
+		if mech == nil {
+			return nil, nil, nil, &v1alpha1.FieldError{Path: "mechanism", Msg: fmt.Sprintf("fault %s has no mechanism %q (known: %s)", fault.ID, f.Mechanism, strings.Join(mechanismNames(fault), ", "))}
+		}
+	}
+	raw := make(map[string]string, len(f.Params))
+	for k, v := range f.Params {
+		raw[k] = string(v)
+	}
+	vals, err := fault.Resolve(raw)
+	if err != nil {
+		var pe *ParamError
+		if errors.As(err, &pe) {
+			return nil, nil, nil, &v1alpha1.FieldError{Path: paramPath(pe.Param), Msg: pe.Err.Error()}
+		}
+		return nil, nil, nil, &v1alpha1.FieldError{Path: "params", Msg: err.Error()}
+	}
+	return fault, mech, vals, nil
+}
+
+// paramPath names a parameter the way the loader names map keys, so a
+// validation error can be placed on its line.
+func paramPath(name string) string {
+	for _, r := range name {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return fmt.Sprintf("params[%q]", name)
+		}
+	}
+	if name == "" {
+		return `params[""]`
+	}
+	return "params." + name
+}
+
+func mechanismNamed(f *Fault, name string) *Mechanism {
+	for i := range f.Mechanisms {
+		if f.Mechanisms[i].Name == name {
+			return &f.Mechanisms[i]
+		}
+	}
+	return nil
+}
+
+func mechanismNames(f *Fault) []string {
+	names := make([]string, len(f.Mechanisms))
+	for i, m := range f.Mechanisms {
+		names[i] = m.Name
+	}
+	return names
+}
+
+// unknownFault words the error for an id not in the catalogue, pointing at
+// the likeliest intended id: the closest by edit distance when it is a
+// plausible typo, or the only fault whose name part matches ("xid" for
+// hardware.xid).
+func unknownFault(all []*Fault, id string) string {
+	msg := fmt.Sprintf("unknown fault %q", id)
+	if best := closestID(all, id); best != "" {
+		return msg + " (did you mean " + best + "?)"
+	}
+	return msg + "; run 'gpuchaos faults' to list them"
+}
+
+func closestID(all []*Fault, id string) string {
+	best, bestD := "", math.MaxInt
+	var byName []string
+	_, want, hasDot := strings.Cut(id, ".")
+	if !hasDot {
+		want = id
+	}
+	for _, f := range all {
+		if d := distance(strings.ToLower(id), strings.ToLower(f.ID)); d < bestD {
+			best, bestD = f.ID, d
+		}
+		if _, name, _ := strings.Cut(f.ID, "."); name == want {
+			byName = append(byName, f.ID)
+		}
+	}
+	if best != "" && bestD <= max(2, len(id)/4) {
+		return best
+	}
+	if len(byName) == 1 {
+		return byName[0]
+	}
+	return ""
+}
+
+// distance is the Levenshtein distance between a and b, in bytes.
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,211 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/engine"
+	"github.com/gpuchaos/gpuchaos/internal/probe"
+	"github.com/gpuchaos/gpuchaos/internal/twin"
+)
+
+func newRunCmd() *cobra.Command {
+	var (
+		f          format
+		targetName string
+		dryRun     bool
+		seed       uint64
+		cluster    string
+		warmup     time.Duration
+		recordPath string
+	)
+	cmd := &cobra.Command{
+		Use:   "run FILE",
+		Short: "Run one experiment file and judge its expectations",
+		Long: `Load an Experiment (apiVersion gpuchaos.dev/v1alpha1), validate it, resolve its
+selector against the target and check the blast radius, then: check the
+steady state, inject every fault, watch the probes until each expectation is
+met or the fault window closes, recover (always, also on error or Ctrl-C),
+and print a verdict per expectation: pass, late, missed or error, with the
+time to detect.
+
+--dry-run prints exactly what would be touched and injects nothing.
+The exit code is 0 when every expectation passed, 1 when one did not, and 2
+on a bad file or flag.`,
+		Example: `  gpuchaos run examples/xid-79.yaml
+  gpuchaos run examples/xid-79.yaml --dry-run
+  gpuchaos run examples/thermal.yaml --format json --record run.json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			exp, err := loadExperiment(args[0])
+			if err != nil {
+				return err
+			}
+			if targetName != "twin" {
+				return fmt.Errorf("--target: %s is not available in this build; only the twin target is", targetName)
+			}
+			spec := twin.Default()
+			if cluster != "" {
+				if spec, err = twin.LoadClusterSpec(cluster); err != nil {
+					return err
+				}
+			}
+			tw, err := twin.New(twin.Options{Spec: spec, Seed: seed})
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			progress := func(ev engine.Event) {
+				if f == "table" {
+					fmt.Fprintf(out, "%+8.0fs  %-12s %s %s\n", ev.Offset, ev.Kind, ev.Name, ev.Detail)
+				}
+			}
+			eng := engine.New(engine.Options{Target: engine.TwinTarget{Twin: tw}, Seed: seed, OnEvent: progress})
+			if dryRun {
+				plan, err := eng.Plan(cmd.Context(), exp)
+				if err != nil {
+					return locate(exp, args[0], err)
+				}
+				if f == "json" {
+					return writeJSON(out, plan)
+				}
+				return printPlan(out, plan)
+			}
+			if _, err := eng.Plan(cmd.Context(), exp); err != nil {
+				return locate(exp, args[0], err)
+			}
+			if f == "table" {
+				fmt.Fprintf(out, "Warming the twin up for %s of virtual time.\n", warmup)
+			}
+			if err := tw.Sleep(cmd.Context(), warmup); err != nil {
+				return failed(err)
+			}
+			rec, runErr := eng.Run(cmd.Context(), exp)
+			if rec == nil {
+				return fmt.Errorf("%s: %w", args[0], runErr)
+			}
+			if recordPath != "" {
+				if err := writeRecord(recordPath, rec); err != nil {
+					return failed(err)
+				}
+			}
+			if f == "json" {
+				if err := writeJSON(out, rec); err != nil {
+					return err
+				}
+			} else {
+				printVerdicts(out, rec)
+			}
+			if runErr != nil {
+				return failed(runErr)
+			}
+			if !rec.Passed() {
+				return failed(fmt.Errorf("experiment %s: not every expectation passed", exp.Metadata.Name))
+			}
+			return nil
+		},
+	}
+	addFormatFlag(cmd, &f)
+	cmd.Flags().StringVar(&targetName, "target", "twin", "where to run: twin (local and k8s arrive with the node layer and controller)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be touched; inject nothing")
+	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the twin and of target selection")
+	cmd.Flags().StringVar(&cluster, "cluster", "", "twin cluster spec YAML (default: two 8-GPU H200 nodes)")
+	cmd.Flags().DurationVar(&warmup, "warmup", 20*time.Minute, "fault-free twin time before the experiment, so baselines exist")
+	cmd.Flags().StringVar(&recordPath, "record", "", "also write the run record (JSON evidence) to this file")
+	return cmd
+}
+
+// loadExperiment reads, defaults and validates an experiment file against the
+// catalogue and the built-in detectors.
+func loadExperiment(path string) (*v1alpha1.Experiment, error) {
+	exp, err := v1alpha1.LoadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	exp.Default()
+	err = exp.Validate(v1alpha1.ValidateOptions{
+		CheckFault:    catalog.CheckSpec,
+		KnownDetector: func(name string) bool { _, ok := probe.LookupDetector(name); return ok },
+	})
+	if err != nil {
+		return nil, locate(exp, path, err)
+	}
+	return exp, nil
+}
+
+// locate puts the file (and the line, where the error names a field) in
+// front of an error about an experiment.
+func locate(exp *v1alpha1.Experiment, path string, err error) error {
+	if located := exp.Locate(err); located != err {
+		return located
+	}
+	return fmt.Errorf("%s: %w", path, err)
+}
+
+func printPlan(w interface{ Write([]byte) (int, error) }, plan *engine.Plan) error {
+	fmt.Fprintf(w, "Dry run of %s on %s: %d injections on %d nodes, %d GPUs. Nothing was injected.\n",
+		plan.Experiment, plan.Target, len(plan.Injections), len(plan.Nodes), plan.GPUs)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FAULT\tMECHANISM\tSAFETY\tTARGET\tPARAMS")
+	for _, in := range plan.Injections {
+		var ps []string
+		for k, v := range in.Params {
+			ps = append(ps, k+"="+v)
+		}
+		sortStrings(ps)
+		r := in.Ref
+		tgt := r.Node
+		switch r.Kind {
+		case catalog.ScopeGPU:
+			tgt = fmt.Sprintf("%s gpu %d (%s, %s)", r.Node, r.GPU, r.UUID, r.PCI)
+		case catalog.ScopeRank:
+			tgt = fmt.Sprintf("%s rank %d on %s gpu %d", r.Job, r.Rank, r.Node, r.GPU)
+		case catalog.ScopeJob:
+			tgt = "job " + r.Job
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", in.Fault, in.Mechanism, in.Safety, tgt, strings.Join(ps, " "))
+	}
+	return tw.Flush()
+}
+
+func printVerdicts(w interface{ Write([]byte) (int, error) }, rec *engine.Record) {
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "EXPECTATION\tVERDICT\tTIME TO DETECT\tDEADLINE\tCLEARED AFTER RECOVERY")
+	for _, v := range rec.Verdicts {
+		ttd, clr := "-", "-"
+		if v.TTDSeconds != nil {
+			ttd = fmt.Sprintf("%.0fs", *v.TTDSeconds)
+		}
+		if v.ClearedSeconds != nil {
+			clr = fmt.Sprintf("%.0fs", *v.ClearedSeconds)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0fs\t%s\n", v.Name, strings.ToUpper(v.Verdict), ttd, v.Within, clr)
+	}
+	tw.Flush()
+	if rec.Aborted != "" {
+		fmt.Fprintf(w, "Aborted early: %s\n", rec.Aborted)
+	}
+	if rec.TTRSeconds != nil {
+		fmt.Fprintf(w, "Every detector cleared %.0fs after recovery.\n", *rec.TTRSeconds)
+	}
+}
+
+func writeRecord(path string, rec *engine.Record) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("write record: %w", err)
+	}
+	if err := writeJSON(f, rec); err != nil {
+		f.Close()
+		return fmt.Errorf("write record %s: %w", path, err)
+	}
+	return f.Close()
+}

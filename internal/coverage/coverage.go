@@ -1,0 +1,330 @@
+// Package coverage computes the detection matrix: every catalogue fault run
+// as an experiment on its own digital twin against every detector, with the
+// time each took to notice, and the job's goodput under each fault. It runs
+// on the twin's virtual clock, so the whole catalogue takes seconds.
+package coverage
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/engine"
+	"github.com/gpuchaos/gpuchaos/internal/probe"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/twin"
+)
+
+// Options configure a coverage run. Zero values take the defaults.
+type Options struct {
+	// Spec is the twin's cluster; zero means twin.Default().
+	Spec twin.ClusterSpec
+	// Faults to run; nil means the whole catalogue.
+	Faults []*catalog.Fault
+	// Detectors to judge; nil means every built-in detector.
+	Detectors []*probe.Detector
+	Seed      uint64
+	// Warmup runs the twin fault-free before injection (default 20m), so
+	// baselines exist; Window is how long each fault stays injected
+	// (default 20m); Deadline is the time-to-detect that counts as a pass
+	// (default 10m).
+	Warmup, Window, Deadline time.Duration
+	// Parallel is the number of twins run at once; default GOMAXPROCS.
+	Parallel int
+	// Progress, if set, is called after each fault finishes, from the
+	// goroutine that ran it.
+	Progress func(done, total int, fault string)
+}
+
+// Cell is one fault × detector outcome.
+type Cell struct {
+	Fault      string   `json:"fault"`
+	Detector   string   `json:"detector"`
+	Detected   bool     `json:"detected"`
+	TTDSeconds *float64 `json:"ttd_seconds"`
+	Verdict    string   `json:"verdict"`
+}
+
+// FaultResult is one fault's run.
+type FaultResult struct {
+	Fault  *catalog.Fault  `json:"-"`
+	ID     string          `json:"id"`
+	Target target.Ref      `json:"target"`
+	Record *engine.Record  `json:"-"`
+	Job    JobImpact       `json:"job"`
+	By     []string        `json:"detected_by"`
+	First  *float64        `json:"fastest_ttd_seconds"`
+	Error  string          `json:"error,omitempty"`
+	Cells  map[string]Cell `json:"-"`
+}
+
+// JobImpact is what the fault cost the training job over the fault window
+// and the recovery window after it.
+type JobImpact struct {
+	Goodput      float64 `json:"goodput"`
+	LostGPUHours float64 `json:"lost_gpu_hours"`
+	Restarts     int     `json:"restarts"`
+}
+
+// Result is the whole matrix.
+type Result struct {
+	Faults    []*FaultResult    `json:"faults"`
+	Detectors []*probe.Detector `json:"detectors"`
+	Matrix    []Cell            `json:"matrix"`
+	// Baseline is the fault-free twin over the same span: the job's
+	// goodput, and the detectors that fired anyway (false positives).
+	Baseline Baseline `json:"baseline"`
+}
+
+// Baseline is the fault-free reference run.
+type Baseline struct {
+	Job            JobImpact `json:"job"`
+	FalsePositives []string  `json:"false_positives"`
+}
+
+// jobName is the training job of the default twin; faults that need a job
+// target it.
+func jobName(inv target.Inventory) string {
+	if len(inv.Jobs) > 0 {
+		return inv.Jobs[0].Name
+	}
+	return ""
+}
+
+func (o *Options) defaults() {
+	if o.Faults == nil {
+		o.Faults = catalog.All()
+	}
+	if o.Detectors == nil {
+		o.Detectors = probe.Detectors()
+	}
+	if o.Warmup == 0 {
+		o.Warmup = 20 * time.Minute
+	}
+	if o.Window == 0 {
+		o.Window = 20 * time.Minute
+	}
+	if o.Deadline == 0 {
+		o.Deadline = 10 * time.Minute
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = runtime.GOMAXPROCS(0)
+	}
+}
+
+// recoveryWindow is how long each run watches after recovery, for time to
+// recover and the job's cost.
+const recoveryWindow = 10 * time.Minute
+
+// Run computes the matrix.
+func Run(ctx context.Context, opts Options) (*Result, error) {
+	opts.defaults()
+	res := &Result{Detectors: opts.Detectors, Faults: make([]*FaultResult, len(opts.Faults))}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		done     int
+		firstErr error
+	)
+	jobs := make(chan int)
+	for range opts.Parallel {
+		wg.Go(func() {
+			for i := range jobs {
+				fr, err := runFault(ctx, opts, opts.Faults[i])
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				res.Faults[i] = fr
+				done++
+				n := done
+				mu.Unlock()
+				if opts.Progress != nil {
+					opts.Progress(n, len(opts.Faults), opts.Faults[i].ID)
+				}
+			}
+		})
+	}
+	var bl Baseline
+	var blErr error
+	wg.Go(func() { bl, blErr = baseline(ctx, opts) })
+feed:
+	for i := range opts.Faults {
+		select {
+		case jobs <- i:
+		case <-ctx.Done():
+			break feed
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	if blErr != nil {
+		return nil, blErr
+	}
+	res.Baseline = bl
+	for _, fr := range res.Faults {
+		for _, d := range opts.Detectors {
+			res.Matrix = append(res.Matrix, fr.Cells[d.Name])
+		}
+	}
+	return res, nil
+}
+
+func newTwin(opts Options) (*twin.Twin, error) {
+	return twin.New(twin.Options{Spec: opts.Spec, Seed: opts.Seed})
+}
+
+// selectorFor aims a fault at one representative object of its scope: GPU 3
+// of the first node (rank 3 of the job), the first node, or the job.
+func selectorFor(f *catalog.Fault, inv target.Inventory) v1alpha1.Selector {
+	sel := v1alpha1.Selector{Mode: v1alpha1.ModeOne}
+	node := inv.Nodes[0]
+	gpu := min(3, len(node.GPUs)-1)
+	switch f.Scope {
+	case catalog.ScopeGPU:
+		sel.Nodes, sel.GPUs = []string{node.Name}, []string{strconv.Itoa(node.GPUs[gpu].Index)}
+	case catalog.ScopeNode:
+		sel.Nodes = []string{node.Name}
+	case catalog.ScopeRank:
+		sel.Jobs, sel.Ranks = []string{jobName(inv)}, []int{gpu}
+	case catalog.ScopeJob:
+		sel.Jobs = []string{jobName(inv)}
+	}
+	return sel
+}
+
+func runFault(ctx context.Context, opts Options, f *catalog.Fault) (*FaultResult, error) {
+	tw, err := newTwin(opts)
+	if err != nil {
+		return nil, fmt.Errorf("coverage of %s: %w", f.ID, err)
+	}
+	if err := tw.Sleep(ctx, opts.Warmup); err != nil {
+		return nil, err
+	}
+	inv := tw.Inventory()
+	exp := &v1alpha1.Experiment{
+		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.GroupVersion, Kind: v1alpha1.KindExperiment},
+		Metadata: v1alpha1.ObjectMeta{Name: "coverage"},
+		Spec: v1alpha1.ExperimentSpec{
+			Selector: selectorFor(f, inv),
+			Faults:   []v1alpha1.FaultSpec{{ID: f.ID, Mechanism: "twin"}},
+			Duration: v1alpha1.Duration{Duration: opts.Window},
+			// A job-wide fault touches every GPU of the job; on a twin
+			// that is the point, so the cap is the whole twin.
+			BlastRadius: v1alpha1.BlastRadius{MaxNodes: len(inv.Nodes), MaxGPUs: gpuCount(inv)},
+		},
+	}
+	for _, d := range opts.Detectors {
+		exp.Spec.Expectations = append(exp.Spec.Expectations, v1alpha1.Expectation{
+			Detector: d.Name, Within: v1alpha1.Duration{Duration: opts.Deadline},
+		})
+	}
+	job := jobName(inv)
+	before, _ := tw.Job(job)
+	eng := engine.New(engine.Options{Target: engine.TwinTarget{Twin: tw}, Seed: opts.Seed, RecoveryWindow: recoveryWindow})
+	rec, runErr := eng.Run(ctx, exp)
+	if rec == nil {
+		return nil, fmt.Errorf("coverage of %s: %w", f.ID, runErr)
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	// Hold every run to the same span so job figures compare.
+	if rest := rec.InjectedAt.Add(opts.Window + recoveryWindow).Sub(tw.Now()); rest > 0 {
+		if err := tw.Sleep(ctx, rest); err != nil {
+			return nil, err
+		}
+	}
+	after, _ := tw.Job(job)
+	fr := &FaultResult{Fault: f, ID: f.ID, Record: rec, Job: impact(before, after, len(tw.Inventory().Jobs[0].Ranks)), Cells: map[string]Cell{}}
+	if len(rec.Plan.Injections) > 0 {
+		fr.Target = rec.Plan.Injections[0].Ref
+	}
+	if runErr != nil {
+		fr.Error = runErr.Error()
+	}
+	for _, v := range rec.Verdicts {
+		c := Cell{Fault: f.ID, Detector: v.Name, Verdict: v.Verdict, TTDSeconds: v.TTDSeconds}
+		c.Detected = v.TTDSeconds != nil
+		if c.Detected {
+			fr.By = append(fr.By, v.Name)
+			if fr.First == nil || *v.TTDSeconds < *fr.First {
+				fr.First = v.TTDSeconds
+			}
+		}
+		fr.Cells[v.Name] = c
+	}
+	return fr, nil
+}
+
+func gpuCount(inv target.Inventory) int {
+	n := 0
+	for _, node := range inv.Nodes {
+		n += len(node.GPUs)
+	}
+	return n
+}
+
+func impact(before, after twin.JobStatus, ranks int) JobImpact {
+	wall := after.WallSeconds - before.WallSeconds
+	prod := after.ProductiveSeconds - before.ProductiveSeconds
+	j := JobImpact{Restarts: after.Restarts - before.Restarts}
+	if wall > 0 {
+		j.Goodput = prod / wall
+		j.LostGPUHours = (wall - prod) * float64(ranks) / 3600
+	}
+	return j
+}
+
+// baseline runs a fault-free twin over the same span as a fault run and
+// reports which detectors fired anyway.
+func baseline(ctx context.Context, opts Options) (Baseline, error) {
+	tw, err := newTwin(opts)
+	if err != nil {
+		return Baseline{}, err
+	}
+	if err := tw.Sleep(ctx, opts.Warmup); err != nil {
+		return Baseline{}, err
+	}
+	job := jobName(tw.Inventory())
+	before, _ := tw.Job(job)
+	probes := make([]probe.Probe, len(opts.Detectors))
+	for i, d := range opts.Detectors {
+		probes[i] = d.Probe(tw)
+	}
+	fired := map[string]bool{}
+	end := tw.Now().Add(opts.Window + recoveryWindow)
+	for tw.Now().Before(end) {
+		for i, p := range probes {
+			obs, err := p.Observe(ctx)
+			if err != nil {
+				return Baseline{}, err
+			}
+			if obs.Holds {
+				fired[opts.Detectors[i].Name] = true
+			}
+		}
+		if err := tw.Sleep(ctx, probe.EvalInterval); err != nil {
+			return Baseline{}, err
+		}
+	}
+	after, _ := tw.Job(job)
+	b := Baseline{Job: impact(before, after, len(tw.Inventory().Jobs[0].Ranks)), FalsePositives: []string{}}
+	for _, d := range opts.Detectors {
+		if fired[d.Name] {
+			b.FalsePositives = append(b.FalsePositives, d.Name)
+		}
+	}
+	return b, nil
+}

@@ -1,0 +1,652 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/ledger"
+	"github.com/gpuchaos/gpuchaos/internal/probe"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+)
+
+// Clock is the time base of a run. The twin's virtual clock advances the
+// simulation in Sleep; the wall clock waits. Sleep returns ctx.Err() early
+// when ctx is done.
+type Clock interface {
+	Now() time.Time
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// Target is what a run acts on: the twin, the local node or a cluster.
+type Target interface {
+	Clock
+	// Name is the target's kind as mechanisms list it: twin, local, k8s.
+	Name() string
+	Inventory(ctx context.Context) (target.Inventory, error)
+	// Injector returns the injector for a fault's mechanism on this target.
+	Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error)
+	// Probe builds a named probe from a spec.
+	Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, error)
+}
+
+// Options configure an Engine. Zero values take the documented defaults.
+type Options struct {
+	Target Target
+	// Ledger records injections before they act; nil keeps them in memory.
+	Ledger ledger.Ledger
+	// Logger receives progress; nil discards it.
+	Logger *slog.Logger
+	// PollInterval is how often probes are observed; default 15s.
+	PollInterval time.Duration
+	// RecoveryWindow is how long after recovery the engine waits for every
+	// detector that fired to clear, to measure time to recover; default
+	// 10m, negative skips the wait.
+	RecoveryWindow time.Duration
+	// Seed drives target selection (modes one, fixed, percent).
+	Seed uint64
+	// OnEvent, if set, is called for every timeline event as it happens
+	// (for progress output). It must not block.
+	OnEvent func(Event)
+}
+
+// Engine runs experiments on one target. It is not safe for concurrent runs.
+type Engine struct {
+	opts Options
+	log  *slog.Logger
+}
+
+// New returns an engine.
+func New(opts Options) *Engine {
+	if opts.Ledger == nil {
+		opts.Ledger = &ledger.Memory{}
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = 15 * time.Second
+	}
+	if opts.RecoveryWindow == 0 {
+		opts.RecoveryWindow = 10 * time.Minute
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Engine{opts: opts, log: log}
+}
+
+// Verdict outcomes.
+const (
+	Pass   = "pass"   // detected within the deadline
+	Late   = "late"   // detected after the deadline, while the fault was injected
+	Missed = "missed" // never detected while the fault was injected
+	Error  = "error"  // could not be judged (probe failed, already firing)
+)
+
+// Injection is one planned injection.
+type Injection struct {
+	Key       string            `json:"key"`
+	Fault     string            `json:"fault"`
+	Mechanism string            `json:"mechanism"`
+	Safety    catalog.Safety    `json:"safety"`
+	Params    map[string]string `json:"params"`
+	Ref       target.Ref        `json:"target"`
+
+	fault  *catalog.Fault
+	mech   *catalog.Mechanism
+	values catalog.Values
+}
+
+// Plan is what a run would touch; a dry run prints it.
+type Plan struct {
+	Experiment string      `json:"experiment"`
+	Target     string      `json:"target"`
+	Injections []Injection `json:"injections"`
+	Nodes      []string    `json:"nodes"`
+	GPUs       int         `json:"gpus"`
+}
+
+// Event is one entry of a run's timeline.
+type Event struct {
+	Time time.Time `json:"time"`
+	// Offset is seconds since injection (negative before it).
+	Offset float64 `json:"offset_seconds"`
+	Kind   string  `json:"kind"` // steady-state, inject, detect, abort, recover, clear, error
+	Name   string  `json:"name,omitempty"`
+	Detail string  `json:"detail,omitempty"`
+}
+
+// Verdict is the outcome of one expectation.
+type Verdict struct {
+	Name       string          `json:"name"`
+	Detector   string          `json:"detector,omitempty"`
+	Within     float64         `json:"within_seconds"`
+	Verdict    string          `json:"verdict"`
+	TTDSeconds *float64        `json:"ttd_seconds"`
+	Subjects   []probe.Subject `json:"subjects,omitempty"`
+	Detail     string          `json:"detail,omitempty"`
+	// ClearedSeconds is how long after recovery the detector stopped
+	// holding; nil when it never fired or had not cleared in the window.
+	ClearedSeconds *float64 `json:"cleared_seconds,omitempty"`
+}
+
+// Record is the evidence of one run, written as JSON.
+type Record struct {
+	Experiment  *v1alpha1.Experiment `json:"experiment"`
+	Target      string               `json:"target"`
+	Seed        uint64               `json:"seed"`
+	Plan        *Plan                `json:"plan"`
+	StartedAt   time.Time            `json:"started_at"`
+	InjectedAt  time.Time            `json:"injected_at"`
+	RecoveredAt time.Time            `json:"recovered_at"`
+	EndedAt     time.Time            `json:"ended_at"`
+	Aborted     string               `json:"aborted,omitempty"`
+	Verdicts    []Verdict            `json:"verdicts"`
+	// TTRSeconds is the time from recovery until every expectation that
+	// fired had cleared; nil when some had not within the window.
+	TTRSeconds *float64 `json:"ttr_seconds"`
+	Timeline   []Event  `json:"timeline"`
+	Error      string   `json:"error,omitempty"`
+}
+
+// Passed reports whether every expectation passed.
+func (r *Record) Passed() bool {
+	if r.Error != "" {
+		return false
+	}
+	for _, v := range r.Verdicts {
+		if v.Verdict != Pass {
+			return false
+		}
+	}
+	return true
+}
+
+// Plan resolves an experiment into the injections it would make, checking
+// faults, mechanisms, safety and the blast radius. Nothing is touched.
+func (e *Engine) Plan(ctx context.Context, exp *v1alpha1.Experiment) (*Plan, error) {
+	inv, err := e.opts.Target.Inventory(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read inventory of %s: %w", e.opts.Target.Name(), err)
+	}
+	plan := &Plan{Experiment: exp.Metadata.Name, Target: e.opts.Target.Name()}
+	var all []target.Ref
+	for i, fs := range exp.Spec.Faults {
+		path := fmt.Sprintf("spec.faults[%d]", i)
+		f, ok := catalog.Lookup(fs.ID)
+		if !ok {
+			return nil, fmt.Errorf("%s.id: %q is not in the catalogue", path, fs.ID)
+		}
+		m, err := e.mechanism(f, fs.Mechanism, exp.Spec.AllowHardwareRisk)
+		if err != nil {
+			return nil, fmt.Errorf("%s.mechanism: %w", path, err)
+		}
+		if m.Safety == catalog.SafetyHardwareRisk && !exp.Spec.AllowHardwareRisk {
+			return nil, fmt.Errorf("%s.mechanism: %s of %s is hardware-risk; set spec.allowHardwareRisk to run it", path, m.Name, f.ID)
+		}
+		raw := map[string]string{}
+		for k, v := range fs.Params {
+			raw[k] = string(v)
+		}
+		vals, err := f.Resolve(raw)
+		if err != nil {
+			return nil, fmt.Errorf("%s.params.%w", path, err)
+		}
+		refs, err := target.Select(inv, exp.Spec.Selector, f.Scope, e.opts.Seed+uint64(i))
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, refs...)
+		for _, ref := range refs {
+			plan.Injections = append(plan.Injections, Injection{
+				Key:   fmt.Sprintf("%s/%d/%s", exp.Metadata.Name, i, refKey(ref)),
+				Fault: f.ID, Mechanism: m.Name, Safety: m.Safety, Params: formatValues(f, vals), Ref: ref,
+				fault: f, mech: m, values: vals,
+			})
+		}
+	}
+	// A job or node ref stands for every GPU under it: count those.
+	footprint := target.Footprint(inv, all)
+	if err := target.CheckBlastRadius(footprint, exp.Spec.BlastRadius); err != nil {
+		return nil, err
+	}
+	nodes := map[string]bool{}
+	gpus := map[string]bool{}
+	for _, r := range footprint {
+		nodes[r.Node] = true
+		if r.Kind == catalog.ScopeGPU || r.Kind == catalog.ScopeRank {
+			gpus[r.Node+"/"+strconv.Itoa(r.GPU)] = true
+		}
+	}
+	for n := range nodes {
+		if n != "" {
+			plan.Nodes = append(plan.Nodes, n)
+		}
+	}
+	slices.Sort(plan.Nodes)
+	plan.GPUs = len(gpus)
+	return plan, ctx.Err()
+}
+
+// mechanism picks the named mechanism, or else the first one that runs on
+// the target and is not hardware-risk (unless allowed): a risky mechanism is
+// only ever used when both named and allowed.
+func (e *Engine) mechanism(f *catalog.Fault, name string, allowRisk bool) (*catalog.Mechanism, error) {
+	tn := e.opts.Target.Name()
+	var names []string
+	for i := range f.Mechanisms {
+		m := &f.Mechanisms[i]
+		names = append(names, m.Name)
+		if !slices.Contains(m.Targets, tn) {
+			continue
+		}
+		if m.Name == name || name == "" && (m.Safety != catalog.SafetyHardwareRisk || allowRisk) {
+			return m, nil
+		}
+	}
+	if name == "" {
+		return nil, fmt.Errorf("%s has no mechanism for target %s", f.ID, tn)
+	}
+	return nil, fmt.Errorf("%q is not a mechanism of %s on target %s (mechanisms: %s)", name, f.ID, tn, strings.Join(names, ", "))
+}
+
+func refKey(r target.Ref) string {
+	switch r.Kind {
+	case catalog.ScopeGPU:
+		return r.Node + "/gpu" + strconv.Itoa(r.GPU)
+	case catalog.ScopeRank:
+		return r.Job + "/rank" + strconv.Itoa(r.Rank)
+	case catalog.ScopeJob:
+		return r.Job
+	}
+	return r.Node
+}
+
+func formatValues(f *catalog.Fault, v catalog.Values) map[string]string {
+	out := map[string]string{}
+	for _, p := range f.Params {
+		out[p.Name] = fmt.Sprint(v[p.Name])
+	}
+	return out
+}
+
+type expectation struct {
+	spec     v1alpha1.Expectation
+	name     string
+	probe    probe.Probe
+	verdict  Verdict
+	detected bool
+	cleared  bool
+}
+
+// Run executes the experiment and returns its record. The record is
+// returned also on error, with Error set, whenever a run started; recovery
+// has then been attempted for everything injected.
+func (e *Engine) Run(ctx context.Context, exp *v1alpha1.Experiment) (*Record, error) {
+	t := e.opts.Target
+	rec := &Record{Experiment: exp, Target: t.Name(), Seed: e.opts.Seed, StartedAt: t.Now()}
+	plan, err := e.Plan(ctx, exp)
+	if err != nil {
+		return nil, err
+	}
+	rec.Plan = plan
+
+	exps, err := e.expectations(exp)
+	if err != nil {
+		return nil, err
+	}
+	steady, err := e.checks("steady-state", exp.Spec.SteadyState)
+	if err != nil {
+		return nil, err
+	}
+	aborts, err := e.checks("abort", exp.Spec.AbortWhen)
+	if err != nil {
+		return nil, err
+	}
+
+	for _, c := range steady {
+		obs, err := c.Observe(ctx)
+		if err != nil {
+			return e.fail(rec, fmt.Errorf("steady state %s: %w", c.Name(), err))
+		}
+		if !obs.Holds {
+			return e.fail(rec, fmt.Errorf("steady state %s does not hold before injection; nothing was injected", c.Name()))
+		}
+		e.event(rec, "steady-state", c.Name(), "holds")
+	}
+	// A detector already firing for the target cannot prove detection.
+	for _, x := range exps {
+		obs, err := x.probe.Observe(ctx)
+		if err == nil && obs.Holds && e.concerns(obs, plan) {
+			x.verdict.Verdict = Error
+			x.verdict.Detail = "already firing before injection: " + obs.Detail
+			x.detected = true
+		}
+	}
+
+	rec.InjectedAt = t.Now()
+	injected := e.inject(ctx, rec, plan)
+	defer func() {
+		if injected != nil {
+			e.recover(ctx, rec, injected)
+		}
+	}()
+	if rec.Error != "" {
+		e.recover(ctx, rec, injected)
+		injected = nil
+		e.finish(rec, exps)
+		return rec, errors.New(rec.Error)
+	}
+
+	end := rec.InjectedAt.Add(exp.Spec.Duration.Duration)
+	err = e.observe(ctx, rec, plan, exps, aborts, end)
+	e.recover(ctx, rec, injected)
+	injected = nil
+	if err == nil && e.opts.RecoveryWindow > 0 {
+		err = e.watchClear(ctx, rec, plan, exps)
+	}
+	if err != nil {
+		rec.Error = err.Error()
+		e.event(rec, "error", "", rec.Error)
+	}
+	e.finish(rec, exps)
+	if rec.Error != "" {
+		return rec, errors.New(rec.Error)
+	}
+	return rec, nil
+}
+
+func (e *Engine) expectations(exp *v1alpha1.Experiment) ([]*expectation, error) {
+	var out []*expectation
+	for i, x := range exp.Spec.Expectations {
+		name := x.Name
+		if name == "" {
+			name = x.Detector
+		}
+		if name == "" {
+			name = fmt.Sprintf("expectation-%d", i)
+		}
+		spec := v1alpha1.ProbeSpec{Detector: x.Detector}
+		if x.Probe != nil {
+			spec = *x.Probe
+		}
+		p, err := e.opts.Target.Probe(name, spec)
+		if err != nil {
+			return nil, fmt.Errorf("spec.expectations[%d]: %w", i, err)
+		}
+		out = append(out, &expectation{spec: x, name: name, probe: p, verdict: Verdict{
+			Name: name, Detector: spec.Detector, Within: x.Within.Seconds(), Verdict: Missed,
+		}})
+	}
+	return out, nil
+}
+
+func (e *Engine) checks(kind string, cs []v1alpha1.Check) ([]probe.Probe, error) {
+	var out []probe.Probe
+	for i, c := range cs {
+		p, err := e.opts.Target.Probe(c.Name, c.Probe)
+		if err != nil {
+			field := "steadyState"
+			if kind == "abort" {
+				field = "abortWhen"
+			}
+			return nil, fmt.Errorf("spec.%s[%d]: %w", field, i, err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// inject records and injects every planned injection in order, stopping at
+// the first failure. It returns what may have been applied.
+func (e *Engine) inject(ctx context.Context, rec *Record, plan *Plan) []Injection {
+	var done []Injection
+	for _, in := range plan.Injections {
+		inj, err := e.opts.Target.Injector(in.fault, in.mech)
+		if err != nil {
+			rec.Error = fmt.Sprintf("inject %s on %s: %v", in.Fault, refKey(in.Ref), err)
+			return done
+		}
+		entry := ledger.Entry{
+			Key: in.Key, Run: plan.Experiment, Target: plan.Target, Fault: in.Fault, Mechanism: in.Mechanism,
+			Params: in.Params, Ref: in.Ref, InjectedAt: e.opts.Target.Now(),
+			Expires: e.opts.Target.Now().Add(rec.Experiment.Spec.Duration.Duration + e.opts.RecoveryWindow + time.Hour),
+		}
+		if err := e.opts.Ledger.Record(ctx, entry); err != nil {
+			rec.Error = fmt.Sprintf("record %s before injecting: %v", in.Key, err)
+			return done
+		}
+		done = append(done, in)
+		if err := inj.Inject(ctx, in.Key, in.Ref, in.values); err != nil {
+			rec.Error = fmt.Sprintf("inject %s on %s: %v", in.Fault, refKey(in.Ref), err)
+			return done
+		}
+		e.event(rec, "inject", in.Fault, refKey(in.Ref))
+		e.log.Info("injected", "fault", in.Fault, "target", refKey(in.Ref), "mechanism", in.Mechanism)
+	}
+	return done
+}
+
+// recover undoes injections in reverse order. It runs even when ctx is
+// cancelled: an interrupt must not leave faults behind.
+func (e *Engine) recover(ctx context.Context, rec *Record, done []Injection) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	for i := len(done) - 1; i >= 0; i-- {
+		in := done[i]
+		inj, err := e.opts.Target.Injector(in.fault, in.mech)
+		if err == nil {
+			err = inj.Recover(rctx, in.Key)
+		}
+		if err != nil && !errors.Is(err, fault.ErrTargetGone) {
+			msg := fmt.Sprintf("recover %s on %s: %v (left in the ledger for the next start)", in.Fault, refKey(in.Ref), err)
+			e.event(rec, "error", in.Fault, msg)
+			if rec.Error == "" {
+				rec.Error = msg
+			}
+			continue
+		}
+		if err := e.opts.Ledger.Done(rctx, in.Key); err != nil {
+			e.event(rec, "error", in.Fault, "mark recovered in ledger: "+err.Error())
+		}
+		e.event(rec, "recover", in.Fault, refKey(in.Ref))
+	}
+	rec.RecoveredAt = e.opts.Target.Now()
+}
+
+func (e *Engine) observe(ctx context.Context, rec *Record, plan *Plan, exps []*expectation, aborts []probe.Probe, end time.Time) error {
+	t := e.opts.Target
+	for {
+		now := t.Now()
+		for _, x := range exps {
+			if x.detected {
+				continue
+			}
+			obs, err := x.probe.Observe(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				x.verdict.Verdict, x.verdict.Detail, x.detected = Error, err.Error(), true
+				continue
+			}
+			if !obs.Holds || !e.concerns(obs, plan) {
+				continue
+			}
+			ttd := now.Sub(rec.InjectedAt).Seconds()
+			x.detected = true
+			x.verdict.TTDSeconds = &ttd
+			x.verdict.Subjects = obs.Subjects
+			x.verdict.Detail = obs.Detail
+			x.verdict.Verdict = Pass
+			if ttd > x.spec.Within.Seconds() {
+				x.verdict.Verdict = Late
+			}
+			e.event(rec, "detect", x.name, obs.Detail)
+		}
+		for _, a := range aborts {
+			obs, err := a.Observe(ctx)
+			if err == nil && obs.Holds {
+				rec.Aborted = fmt.Sprintf("%s holds: %s", a.Name(), obs.Detail)
+				e.event(rec, "abort", a.Name(), obs.Detail)
+				return nil
+			}
+		}
+		if !now.Before(end) {
+			return nil
+		}
+		step := min(e.opts.PollInterval, end.Sub(now))
+		if err := t.Sleep(ctx, step); err != nil {
+			return fmt.Errorf("interrupted while observing: %w", err)
+		}
+	}
+}
+
+// watchClear polls after recovery until every detector that fired stops
+// holding for the targets, or the recovery window closes.
+func (e *Engine) watchClear(ctx context.Context, rec *Record, plan *Plan, exps []*expectation) error {
+	t := e.opts.Target
+	deadline := rec.RecoveredAt.Add(e.opts.RecoveryWindow)
+	for {
+		pending := 0
+		for _, x := range exps {
+			if x.verdict.TTDSeconds == nil || x.cleared {
+				continue
+			}
+			obs, err := x.probe.Observe(ctx)
+			if err != nil {
+				return fmt.Errorf("observe %s after recovery: %w", x.name, err)
+			}
+			if obs.Holds && e.concerns(obs, plan) {
+				pending++
+				continue
+			}
+			x.cleared = true
+			s := t.Now().Sub(rec.RecoveredAt).Seconds()
+			x.verdict.ClearedSeconds = &s
+			e.event(rec, "clear", x.name, "")
+		}
+		if pending == 0 {
+			s := t.Now().Sub(rec.RecoveredAt).Seconds()
+			rec.TTRSeconds = &s
+			return nil
+		}
+		if !t.Now().Before(deadline) {
+			return nil
+		}
+		if err := t.Sleep(ctx, min(e.opts.PollInterval, deadline.Sub(t.Now()))); err != nil {
+			return fmt.Errorf("interrupted while verifying recovery: %w", err)
+		}
+	}
+}
+
+func (e *Engine) finish(rec *Record, exps []*expectation) {
+	for _, x := range exps {
+		rec.Verdicts = append(rec.Verdicts, x.verdict)
+	}
+	rec.EndedAt = e.opts.Target.Now()
+}
+
+func (e *Engine) fail(rec *Record, err error) (*Record, error) {
+	rec.Error = err.Error()
+	e.event(rec, "error", "", rec.Error)
+	rec.EndedAt = e.opts.Target.Now()
+	return rec, err
+}
+
+func (e *Engine) event(rec *Record, kind, name, detail string) {
+	now := e.opts.Target.Now()
+	ev := Event{Time: now, Kind: kind, Name: name, Detail: detail}
+	if !rec.InjectedAt.IsZero() {
+		ev.Offset = now.Sub(rec.InjectedAt).Seconds()
+	}
+	rec.Timeline = append(rec.Timeline, ev)
+	if e.opts.OnEvent != nil {
+		e.opts.OnEvent(ev)
+	}
+}
+
+// concerns reports whether an observation is about something the plan
+// touched: the same GPU (by index, UUID or PCI address), the same node for a
+// node-level observation, or a job with a rank on a touched GPU or node.
+// Observations without any subject (an absent series) concern every plan.
+func (e *Engine) concerns(obs probe.Observation, plan *Plan) bool {
+	if len(obs.Subjects) == 0 {
+		return true
+	}
+	inv, _ := e.opts.Target.Inventory(context.Background())
+	for _, s := range obs.Subjects {
+		for _, in := range plan.Injections {
+			if subjectMatches(s, in.Ref, inv) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func subjectMatches(s probe.Subject, r target.Ref, inv target.Inventory) bool {
+	if s == (probe.Subject{}) {
+		return true
+	}
+	if s.Node != "" {
+		if r.Kind == catalog.ScopeJob {
+			return jobOn(inv, r.Job, s.Node, -1)
+		}
+		if s.Node != r.Node {
+			return false
+		}
+		if s.GPU == "" && s.UUID == "" && s.PCI == "" || r.Kind == catalog.ScopeNode {
+			return true
+		}
+		return s.GPU == strconv.Itoa(r.GPU) || s.UUID != "" && s.UUID == r.UUID || s.PCI != "" && samePCI(s.PCI, r.PCI)
+	}
+	if s.Job != "" {
+		switch r.Kind {
+		case catalog.ScopeJob, catalog.ScopeRank:
+			return s.Job == r.Job
+		case catalog.ScopeNode:
+			return jobOn(inv, s.Job, r.Node, -1)
+		default:
+			return jobOn(inv, s.Job, r.Node, r.GPU)
+		}
+	}
+	return false
+}
+
+func jobOn(inv target.Inventory, job, node string, gpu int) bool {
+	for _, j := range inv.Jobs {
+		if j.Name != job {
+			continue
+		}
+		for _, rk := range j.Ranks {
+			if rk.Node == node && (gpu < 0 || rk.GPU == gpu) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// samePCI compares bus ids written as 00000000:18:00.0 (NVML, dcgm-exporter)
+// or 0000:18:00 (kernel log) by their bus and device.
+func samePCI(a, b string) bool { return busDev(a) == busDev(b) && busDev(a) != "" }
+
+func busDev(p string) string {
+	p = strings.ToLower(p)
+	if i := strings.IndexByte(p, '.'); i >= 0 {
+		p = p[:i]
+	}
+	parts := strings.Split(p, ":")
+	if len(parts) < 2 {
+		return ""
+	}
+	return parts[len(parts)-2] + ":" + parts[len(parts)-1]
+}

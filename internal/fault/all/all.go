@@ -1,0 +1,31 @@
+// Package all is the one place that lists every injector, by mechanism
+// name, so the wiring of mechanisms to code can be read in one file.
+package all
+
+import (
+	"fmt"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
+)
+
+// Env carries what injectors need from their target.
+type Env struct {
+	// Twin is set when the target is the digital twin.
+	Twin twinfault.Player
+}
+
+// Injector returns the injector implementing mechanism m of fault f.
+// Mechanisms the catalogue declares for the local and k8s targets arrive in
+// later releases; asking for one says so.
+func Injector(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, error) {
+	switch m.Name {
+	case "twin":
+		if env.Twin == nil {
+			return nil, fmt.Errorf("mechanism twin of %s needs the twin target", f.ID)
+		}
+		return twinfault.New(f, env.Twin), nil
+	}
+	return nil, fmt.Errorf("mechanism %s of %s has no injector in this build", m.Name, f.ID)
+}

@@ -1,0 +1,31 @@
+// Package fault defines the contract every injector keeps. Injectors live in
+// subpackages, one per mechanism family; internal/fault/all lists them, and
+// internal/fault/faulttest is the conformance suite each must pass.
+package fault
+
+import (
+	"context"
+	"errors"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+)
+
+// ErrTargetGone reports that the target of an injection no longer exists
+// (a GPU fell off the bus, a process exited). Recover treats it as success.
+var ErrTargetGone = errors.New("target gone")
+
+// Injector causes one fault through one mechanism on one target at a time.
+//
+// Inject and Recover are symmetric and safe to repeat: injecting an already
+// injected key is a no-op, and recovering a key that is not injected (never
+// was, already recovered, or its target vanished) succeeds. The engine writes
+// the ledger record before it calls Inject, so a crash between the two is
+// recovered by calling Recover with the same key. Both honour ctx: a cancelled
+// Inject leaves nothing applied or returns an error after which Recover
+// cleans up. Implementations must be safe for concurrent use with distinct
+// keys.
+type Injector interface {
+	Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error
+	Recover(ctx context.Context, key string) error
+}

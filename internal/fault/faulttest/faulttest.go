@@ -1,0 +1,94 @@
+// Package faulttest is the conformance suite every injector passes, in the
+// manner of testing/slogtest: inject twice, inject then recover twice,
+// recover with nothing injected, a cancelled context, and a target that
+// vanished. Each check uses a fresh injector and target from the Case.
+package faulttest
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+)
+
+// Env is one fresh injector with its target.
+type Env struct {
+	Injector fault.Injector
+	Ref      target.Ref
+	Values   catalog.Values
+	// Applied reports, by looking at the target rather than asking the
+	// injector, whether the key's fault is in effect.
+	Applied func(key string) bool
+	// Vanish makes the target disappear (a GPU falls off the bus, a
+	// process exits). Nil skips the vanished-target check.
+	Vanish func()
+}
+
+// Run runs every check against fresh environments from newEnv.
+func Run(t *testing.T, newEnv func(t *testing.T) Env) {
+	t.Helper()
+	const key = "faulttest/0"
+	ctx := context.Background()
+
+	t.Run("inject twice is one injection", func(t *testing.T) {
+		e := newEnv(t)
+		must(t, "first inject", e.Injector.Inject(ctx, key, e.Ref, e.Values))
+		must(t, "second inject", e.Injector.Inject(ctx, key, e.Ref, e.Values))
+		if !e.Applied(key) {
+			t.Fatal("fault not in effect after inject")
+		}
+		must(t, "recover", e.Injector.Recover(ctx, key))
+		if e.Applied(key) {
+			t.Fatal("one recover did not undo two injects of the same key")
+		}
+	})
+	t.Run("recover twice", func(t *testing.T) {
+		e := newEnv(t)
+		must(t, "inject", e.Injector.Inject(ctx, key, e.Ref, e.Values))
+		must(t, "first recover", e.Injector.Recover(ctx, key))
+		must(t, "second recover", e.Injector.Recover(ctx, key))
+		if e.Applied(key) {
+			t.Fatal("fault still in effect after recover")
+		}
+	})
+	t.Run("recover with nothing injected", func(t *testing.T) {
+		e := newEnv(t)
+		must(t, "recover", e.Injector.Recover(ctx, key))
+		if e.Applied(key) {
+			t.Fatal("recover applied something")
+		}
+	})
+	t.Run("cancelled context", func(t *testing.T) {
+		e := newEnv(t)
+		cctx, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := e.Injector.Inject(cctx, key, e.Ref, e.Values); err == nil && !e.Applied(key) {
+			t.Fatal("inject with a cancelled context reported success but applied nothing")
+		}
+		must(t, "recover after cancelled inject", e.Injector.Recover(ctx, key))
+		if e.Applied(key) {
+			t.Fatal("fault left in effect after a cancelled inject and recover")
+		}
+	})
+	t.Run("target vanished", func(t *testing.T) {
+		e := newEnv(t)
+		if e.Vanish == nil {
+			t.Skip("the case cannot make its target vanish")
+		}
+		must(t, "inject", e.Injector.Inject(ctx, key, e.Ref, e.Values))
+		e.Vanish()
+		if err := e.Injector.Recover(ctx, key); err != nil && !errors.Is(err, fault.ErrTargetGone) {
+			t.Fatalf("recover after the target vanished: %v", err)
+		}
+	})
+}
+
+func must(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+}

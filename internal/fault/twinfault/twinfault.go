@@ -1,0 +1,52 @@
+// Package twinfault injects catalogue faults into the digital twin by playing
+// each fault's signature. It is the twin mechanism of every fault.
+package twinfault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/twin"
+)
+
+// Player is the part of the twin an injector needs. *twin.Twin implements it.
+// Apply is idempotent per key and Revert of an unknown key succeeds.
+type Player interface {
+	Apply(key string, ref target.Ref, effects []catalog.Effect) error
+	Revert(key string) error
+}
+
+// Injector plays one fault's signature on a twin.
+type Injector struct {
+	fault  *catalog.Fault
+	player Player
+}
+
+// New returns the twin injector for a fault.
+func New(f *catalog.Fault, p Player) *Injector { return &Injector{fault: f, player: p} }
+
+// Inject plays the fault's effects for the resolved values on ref.
+func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := in.player.Apply(key, ref, in.fault.Signature.Effects(v)); err != nil {
+		if errors.Is(err, twin.ErrTargetGone) {
+			err = fmt.Errorf("%w: %w", fault.ErrTargetGone, err)
+		}
+		return fmt.Errorf("inject %s on twin: %w", in.fault.ID, err)
+	}
+	return nil
+}
+
+// Recover reverts whatever key applied.
+func (in *Injector) Recover(ctx context.Context, key string) error {
+	if err := in.player.Revert(key); err != nil {
+		return fmt.Errorf("recover %s on twin: %w", in.fault.ID, err)
+	}
+	return nil
+}

@@ -1,0 +1,49 @@
+package probe
+
+import (
+	"context"
+	"time"
+)
+
+// Subject is what an observation is about, in the labels exporters use: a
+// GPU (Node and GPU index or UUID), a node, or a job. Empty fields are
+// unknown, not wildcards; the engine decides what counts as a match.
+type Subject struct {
+	Node string `json:"node,omitempty"`
+	GPU  string `json:"gpu,omitempty"`
+	UUID string `json:"uuid,omitempty"`
+	// PCI is the bus id in the kernel's domain:bus:device form, as XID lines
+	// carry it (0000:18:00).
+	PCI string `json:"pci,omitempty"`
+	Job string `json:"job,omitempty"`
+}
+
+// Observation is one evaluation of a probe's condition.
+type Observation struct {
+	// Holds is true when the condition holds: a detector fires, a
+	// steady-state check is satisfied, an abort condition is met.
+	Holds bool `json:"holds"`
+	// Subjects are the objects the condition holds for, when it does.
+	Subjects []Subject `json:"subjects,omitempty"`
+	// Value is the most extreme value behind the verdict, when there is one.
+	Value  float64 `json:"value"`
+	Detail string  `json:"detail,omitempty"`
+}
+
+// Probe evaluates one condition at the current time of its source.
+//
+// Observe must not block beyond reading its source and must honour ctx. It
+// is called repeatedly by the engine on a fixed interval; implementations
+// evaluate from the source's history each time (no state between calls), so
+// missed calls lose nothing. Implementations are safe for concurrent use
+// when their source is.
+type Probe interface {
+	Name() string
+	Observe(ctx context.Context) (Observation, error)
+}
+
+// Clock is the time base probes read: the twin's virtual clock or the wall
+// clock.
+type Clock interface {
+	Now() time.Time
+}

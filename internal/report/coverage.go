@@ -1,0 +1,190 @@
+// Package report renders coverage results and run records for people
+// (tables, a self-contained HTML page) and for scripts (JSON).
+package report
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/coverage"
+	"github.com/gpuchaos/gpuchaos/internal/probe"
+)
+
+// CoverageDoc is the JSON form of a coverage result, the object DESIGN.md §4
+// promises for `gpuchaos demo --format json`.
+type CoverageDoc struct {
+	Faults    []FaultDoc        `json:"faults"`
+	Detectors []*probe.Detector `json:"detectors"`
+	Matrix    []coverage.Cell   `json:"matrix"`
+	Summary   Summary           `json:"summary"`
+	Baseline  coverage.Baseline `json:"baseline"`
+}
+
+// FaultDoc is one fault row.
+type FaultDoc struct {
+	ID     string         `json:"id"`
+	Family catalog.Family `json:"family"`
+	Scope  catalog.Scope  `json:"scope"`
+	Safety catalog.Safety `json:"safety"`
+	*coverage.FaultResult
+}
+
+// Summary counts what was detected.
+type Summary struct {
+	Faults   int                       `json:"faults"`
+	Detected int                       `json:"detected"`
+	Missed   []string                  `json:"missed"`
+	Late     []string                  `json:"late"`
+	ByFamily map[catalog.Family]Family `json:"by_family"`
+	// Goodput is the mean of the job's goodput across fault runs, beside
+	// the fault-free baseline's.
+	Goodput         float64 `json:"goodput_mean"`
+	BaselineGoodput float64 `json:"baseline_goodput"`
+	LostGPUHours    float64 `json:"lost_gpu_hours_total"`
+}
+
+// Family counts one family's faults.
+type Family struct {
+	Faults   int `json:"faults"`
+	Detected int `json:"detected"`
+}
+
+// NewCoverageDoc builds the JSON document of a result.
+func NewCoverageDoc(res *coverage.Result) *CoverageDoc {
+	doc := &CoverageDoc{Detectors: res.Detectors, Matrix: res.Matrix, Baseline: res.Baseline}
+	doc.Summary = Summary{Missed: []string{}, Late: []string{}, ByFamily: map[catalog.Family]Family{}, BaselineGoodput: res.Baseline.Job.Goodput}
+	for _, fr := range res.Faults {
+		f := fr.Fault
+		doc.Faults = append(doc.Faults, FaultDoc{ID: f.ID, Family: f.Family, Scope: f.Scope, Safety: f.Safety, FaultResult: fr})
+		fam := doc.Summary.ByFamily[f.Family]
+		fam.Faults++
+		doc.Summary.Faults++
+		doc.Summary.Goodput += fr.Job.Goodput
+		doc.Summary.LostGPUHours += fr.Job.LostGPUHours - res.Baseline.Job.LostGPUHours
+		switch {
+		case passed(fr):
+			fam.Detected++
+			doc.Summary.Detected++
+		case len(fr.By) > 0:
+			doc.Summary.Late = append(doc.Summary.Late, f.ID)
+		default:
+			doc.Summary.Missed = append(doc.Summary.Missed, f.ID)
+		}
+		doc.Summary.ByFamily[f.Family] = fam
+	}
+	if n := len(res.Faults); n > 0 {
+		doc.Summary.Goodput /= float64(n)
+	}
+	return doc
+}
+
+// passed reports whether some detector noticed the fault within its deadline.
+func passed(fr *coverage.FaultResult) bool {
+	for _, c := range fr.Cells {
+		if c.Verdict == "pass" {
+			return true
+		}
+	}
+	return false
+}
+
+// CoverageTable writes the matrix for a terminal: one row per fault with the
+// detectors that noticed it, fastest first, and what it cost the job.
+func CoverageTable(w io.Writer, res *coverage.Result) error {
+	doc := NewCoverageDoc(res)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FAULT\tTARGET\tDETECTED BY (time to detect)\tGOODPUT\tLOST GPU-h")
+	for _, fd := range doc.Faults {
+		fr := fd.FaultResult
+		by := detectedBy(fr)
+		if by == "" {
+			by = "MISSED by all " + fmt.Sprint(len(res.Detectors)) + " detectors"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.1f\n", fd.ID, targetName(fr), by, fr.Job.Goodput, fr.Job.LostGPUHours-res.Baseline.Job.LostGPUHours)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	s := doc.Summary
+	fmt.Fprintf(w, "\nDetected within the deadline: %d of %d faults (%d late, %d missed).\n", s.Detected, s.Faults, len(s.Late), len(s.Missed))
+	var fams []string
+	for _, f := range catalog.Families() {
+		if c, ok := s.ByFamily[f]; ok {
+			fams = append(fams, fmt.Sprintf("%s %d/%d", f, c.Detected, c.Faults))
+		}
+	}
+	fmt.Fprintf(w, "By family: %s.\n", strings.Join(fams, ", "))
+	if len(s.Missed) > 0 {
+		fmt.Fprintf(w, "Missed (nothing noticed): %s.\n", strings.Join(s.Missed, ", "))
+	}
+	if len(s.Late) > 0 {
+		fmt.Fprintf(w, "Late (noticed after the deadline only): %s.\n", strings.Join(s.Late, ", "))
+	}
+	var silent []string
+	for _, d := range res.Detectors {
+		if !slices.ContainsFunc(res.Matrix, func(c coverage.Cell) bool { return c.Detector == d.Name && c.Detected }) {
+			silent = append(silent, d.Name)
+		}
+	}
+	if len(silent) > 0 {
+		fmt.Fprintf(w, "Detectors that never fired: %s.\n", strings.Join(silent, ", "))
+	}
+	if fp := res.Baseline.FalsePositives; len(fp) > 0 {
+		fmt.Fprintf(w, "False positives on the fault-free twin: %s.\n", strings.Join(fp, ", "))
+	}
+	fmt.Fprintf(w, "Goodput: %.3f fault-free; %.3f on average under a fault; %.1f GPU-hours lost to faults beyond the baseline.\n",
+		s.BaselineGoodput, s.Goodput, s.LostGPUHours)
+	return nil
+}
+
+func detectedBy(fr *coverage.FaultResult) string {
+	cells := make([]coverage.Cell, 0, len(fr.By))
+	for _, name := range fr.By {
+		cells = append(cells, fr.Cells[name])
+	}
+	slices.SortStableFunc(cells, func(a, b coverage.Cell) int {
+		switch {
+		case *a.TTDSeconds < *b.TTDSeconds:
+			return -1
+		case *a.TTDSeconds > *b.TTDSeconds:
+			return 1
+		}
+		return strings.Compare(a.Detector, b.Detector)
+	})
+	var parts []string
+	for _, c := range cells {
+		s := fmt.Sprintf("%s %s", c.Detector, seconds(*c.TTDSeconds))
+		if c.Verdict == "late" {
+			s += " (late)"
+		}
+		parts = append(parts, s)
+	}
+	if len(parts) > 4 {
+		parts = append(parts[:4], fmt.Sprintf("+%d more", len(parts)-4))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func targetName(fr *coverage.FaultResult) string {
+	r := fr.Target
+	switch r.Kind {
+	case catalog.ScopeGPU:
+		return fmt.Sprintf("%s/gpu%d", r.Node, r.GPU)
+	case catalog.ScopeRank:
+		return fmt.Sprintf("%s/rank%d", r.Job, r.Rank)
+	case catalog.ScopeJob:
+		return r.Job
+	}
+	return r.Node
+}
+
+func seconds(s float64) string {
+	if s < 90 {
+		return fmt.Sprintf("%.0fs", s)
+	}
+	return fmt.Sprintf("%.1fm", s/60)
+}

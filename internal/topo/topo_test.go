@@ -1,0 +1,208 @@
+package topo
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// TestGolden parses every testdata/*.txt and compares the JSON with
+// testdata/*.golden.json; go test -update rewrites them.
+func TestGolden(t *testing.T) {
+	t.Parallel()
+	inputs, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(inputs) == 0 {
+		t.Fatalf("no testdata: %v", err)
+	}
+	for _, path := range inputs {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			m, err := Parse(f)
+			if err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			got, err := json.MarshalIndent(m, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, '\n')
+			golden := strings.TrimSuffix(path, ".txt") + ".golden.json"
+			if *update {
+				if err := os.WriteFile(golden, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("%s differs from %s:\n got:\n%s\nwant:\n%s", path, golden, got, want)
+			}
+		})
+	}
+}
+
+func parseFile(t *testing.T, name string) *Matrix {
+	t.Helper()
+	f, err := os.Open(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := Parse(f)
+	if err != nil {
+		t.Fatalf("Parse(%s): %v", name, err)
+	}
+	return m
+}
+
+func intp(v int) *int { return &v }
+
+func eqIntp(a, b *int) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
+
+// TestShapes asserts the facts each capture must yield, independent of the
+// golden files.
+func TestShapes(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		file      string
+		gpus      int
+		nics      int
+		links     map[string]string
+		nicLinks  map[string]string
+		gpu       int // a GPU to check
+		cpu       string
+		numa, gid *int
+		nicDev    map[string]string
+	}{
+		{file: "h200x2-real.txt", gpus: 2, links: map[string]string{"0-1": "NV18"}, gpu: 1, cpu: "0-31", numa: intp(0)},
+		{file: "h200x2-real-tty.txt", gpus: 2, links: map[string]string{"0-1": "NV18"}, gpu: 0, cpu: "0-31", numa: intp(0)},
+		{file: "h100x8-nics.txt", gpus: 8, nics: 10,
+			links:    map[string]string{"0-1": "NV18", "3-4": "NV18", "6-7": "NV18"},
+			nicLinks: map[string]string{"GPU0-NIC0": "PIX", "GPU4-NIC6": "PIX", "GPU0-NIC6": "SYS", "GPU1-NIC0": "NODE", "NIC4-NIC5": "PIX", "NIC0-NIC9": "SYS"},
+			gpu:      5, cpu: "56-111,168-223", numa: intp(1),
+			nicDev: map[string]string{"NIC0": "mlx5_0", "NIC9": "mlx5_9"}},
+		{file: "pcie4x-spaces.txt", gpus: 4,
+			links: map[string]string{"0-1": "PIX", "0-2": "SYS", "2-3": "PHB", "1-3": "SYS"},
+			gpu:   2, cpu: "16-31,48-63", numa: intp(1)},
+		{file: "pcie4x-node.txt", gpus: 4,
+			links: map[string]string{"0-1": "PXB", "0-2": "NODE", "2-3": "PXB"},
+			gpu:   3, cpu: ""},
+		{file: "single.txt", gpus: 1, links: map[string]string{}, gpu: 0, cpu: "0-31", numa: intp(0)},
+		{file: "v100x2-old-mlx.txt", gpus: 2, nics: 2,
+			links:    map[string]string{"0-1": "NV4"},
+			nicLinks: map[string]string{"GPU0-mlx5_0": "PIX", "GPU1-mlx5_0": "SYS", "mlx5_0-mlx5_1": "SYS"},
+			gpu:      1, cpu: "20-39",
+			nicDev: map[string]string{"mlx5_1": "mlx5_1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			m := parseFile(t, tt.file)
+			if len(m.GPUs) != tt.gpus || len(m.NICs) != tt.nics {
+				t.Fatalf("%d GPUs, %d NICs; want %d, %d", len(m.GPUs), len(m.NICs), tt.gpus, tt.nics)
+			}
+			for i, g := range m.GPUs {
+				if g.Index != i {
+					t.Errorf("GPUs[%d].Index = %d", i, g.Index)
+				}
+			}
+			if want := tt.gpus * (tt.gpus - 1) / 2; len(m.Links) != want {
+				t.Errorf("%d links, want %d (every GPU pair once)", len(m.Links), want)
+			}
+			for k, v := range tt.links {
+				if m.Links[k] != v {
+					t.Errorf("Links[%s] = %q, want %q", k, m.Links[k], v)
+				}
+			}
+			for k, v := range tt.nicLinks {
+				if m.NICLinks[k] != v {
+					t.Errorf("NICLinks[%s] = %q, want %q", k, m.NICLinks[k], v)
+				}
+			}
+			g := m.GPUs[tt.gpu]
+			if g.CPUAffinity != tt.cpu || !eqIntp(g.NUMANode, tt.numa) || !eqIntp(g.GPUNUMAID, tt.gid) {
+				t.Errorf("GPU%d = %+v, want cpu %q numa %v gpu-numa %v", tt.gpu, g, tt.cpu, tt.numa, tt.gid)
+			}
+			devs := map[string]string{}
+			for _, n := range m.NICs {
+				devs[n.Label] = n.Device
+			}
+			for k, v := range tt.nicDev {
+				if devs[k] != v {
+					t.Errorf("NIC %s device = %q, want %q", k, devs[k], v)
+				}
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	t.Parallel()
+	const hdr = "\tGPU0\tGPU1\tGPU2\tCPU Affinity\tNUMA Affinity\n"
+	tests := []struct {
+		name, in, want string
+	}{
+		{"empty", "", "topo: no header line"},
+		{"not topo", "hello\nworld\n", "topo: no header line"},
+		{"short row", hdr + "GPU0\t X \tNV4\tNV4\t0-7\t0\nGPU1\tNV4\t X \tNV4\t0-7\t0\nGPU2\tNV4\tNV4\t X \t0-7\n",
+			"topo: line 4: row GPU2 has 4 cells, header has 5"},
+		{"long row", hdr + "GPU0\t X \tNV4\tNV4\t0-7\t0\t9\n", "topo: line 2: row GPU0 has 6 cells, header has 5"},
+		{"unknown row", hdr + "GPU0\t X \tNV4\tNV4\t0-7\t0\nGPU7\tNV4\t X \tNV4\t0-7\t0\n", `topo: line 3: row "GPU7" is not a column of the header`},
+		{"missing row", hdr + "GPU0\t X \tNV4\tNV4\t0-7\t0\nGPU1\tNV4\t X \tNV4\t0-7\t0\n\nLegend:\n", "topo: line 1: the header has GPU2 but no row follows for it"},
+		{"duplicate row", hdr + "GPU0\t X \tNV4\tNV4\t0-7\t0\nGPU0\t X \tNV4\tNV4\t0-7\t0\n", "topo: line 3: second row for GPU0 (first on line 2)"},
+		{"bad cell", hdr + "GPU0\t X \tnv4\tNV4\t0-7\t0\n", `topo: line 2: row GPU0, column GPU1: "nv4" is not a connection type`},
+		{"X off diagonal", hdr + "GPU0\t X \tX\tNV4\t0-7\t0\n", `topo: line 2: row GPU0, column GPU1: "X" where the diagonal`},
+		{"no X on diagonal", hdr + "GPU0\tNV4\tNV4\tNV4\t0-7\t0\n", `topo: line 2: row GPU0, column GPU0: "NV4" where the diagonal`},
+		{"asymmetric", hdr + "GPU0\t X \tNV4\tNV4\t0-7\t0\nGPU1\tSYS\t X \tNV4\t0-7\t0\nGPU2\tNV4\tNV4\t X \t0-7\t0\n",
+			"topo: line 2: GPU0-GPU1 is NV4 but GPU1-GPU0 on line 3 is SYS"},
+		{"bad numa", hdr + "GPU0\t X \tNV4\tNV4\t0-7\tzero\n", `topo: line 2: row GPU0: NUMA Affinity "zero" is neither`},
+		{"gpu numbering", "\tGPU0\tGPU2\tCPU Affinity\n", "topo: line 1: header: column GPU2 where GPU1 was expected"},
+		{"unknown trailing column", "\tGPU0\tCPU Affinity\tColour\n", `topo: line 1: header: unknown column "Colour" after "CPU Affinity"`},
+		{"duplicate column", "\tGPU0\tNIC0\tNIC0\tCPU Affinity\n", "topo: line 1: header: column NIC0 appears twice"},
+		{"GPU after NIC", "\tGPU0\tNIC0\tGPU1\tCPU Affinity\n", "topo: line 1: header: GPU column GPU1 after a NIC column"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m, err := Parse(strings.NewReader(tt.in))
+			if err == nil {
+				t.Fatalf("Parse() = %+v, want error %q", m, tt.want)
+			}
+			if !strings.HasPrefix(err.Error(), tt.want) {
+				t.Errorf("Parse() error = %q, want prefix %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseTooLarge(t *testing.T) {
+	t.Parallel()
+	_, err := Parse(strings.NewReader(strings.Repeat(" ", maxInput+1)))
+	if err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("error = %v", err)
+	}
+}
+
+func TestJSONShape(t *testing.T) {
+	t.Parallel()
+	m := parseFile(t, "single.txt")
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"gpus":[{"index":0,"cpu_affinity":"0-31","numa_node":0,"gpu_numa_id":null}],"links":{}}`
+	if string(b) != want {
+		t.Errorf("JSON = %s\nwant   %s", b, want)
+	}
+}

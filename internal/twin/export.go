@@ -1,0 +1,230 @@
+package twin
+
+import (
+	"math"
+	"slices"
+	"strconv"
+)
+
+// seriesStore holds every series, by key (metric plus sorted labels), by
+// metric name and in creation order. Series are created once, when the
+// twin is built, so a scrape only appends samples.
+type seriesStore struct {
+	all      []*Series
+	byKey    map[string]*Series
+	byMetric map[string][]*Series
+	// gpuMetrics are the enabled per-GPU metrics, in export order.
+	gpuMetrics []gpuMetric
+}
+
+type nodeSeries struct {
+	unschedulable, allocatable, ready *Series
+}
+
+type jobSeries struct {
+	step, rate, up, restarts, ckptStep, ckptTime, ckptFail, resumed, goodput *Series
+	rankStep                                                                 []*Series
+}
+
+// gpuMetric is one dcgm-exporter field and how to read it off a GPU in the
+// exporter's unit.
+type gpuMetric struct {
+	name  string
+	value func(g *gpu) float64
+}
+
+// allGPUMetrics lists every per-GPU field the twin can export with its
+// value in dcgm-exporter's unit (MHz, °C, W, mJ, MiB, %, ratios 0–1 for
+// DCGM_FI_PROF_*, bytes/s for PCIe, µs for violation counters).
+// DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL is exported as the current NVLink
+// throughput in MB/s, the way the field reads on a live GPU, so a link that
+// goes down shows as zero.
+func allGPUMetrics() []gpuMetric {
+	return []gpuMetric{
+		{"DCGM_FI_DEV_SM_CLOCK", func(g *gpu) float64 { return math.Round(g.smClock) }},
+		{"DCGM_FI_DEV_MEM_CLOCK", func(g *gpu) float64 { return g.model.MemClockMHz }},
+		{"DCGM_FI_DEV_GPU_TEMP", func(g *gpu) float64 { return math.Round(g.temp) }},
+		{"DCGM_FI_DEV_MEMORY_TEMP", func(g *gpu) float64 { return math.Round(g.memTemp) }},
+		{"DCGM_FI_DEV_POWER_USAGE", func(g *gpu) float64 { return math.Round(g.power*1000) / 1000 }},
+		{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", func(g *gpu) float64 { return math.Floor(g.energyJ * 1000) }},
+		{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", func(g *gpu) float64 { return g.pcieReplay }},
+		{"DCGM_FI_DEV_GPU_UTIL", func(g *gpu) float64 { return math.Round(100 * g.util()) }},
+		{"DCGM_FI_DEV_MEM_COPY_UTIL", func(g *gpu) float64 { return math.Round(g.copyUtil) }},
+		{"DCGM_FI_DEV_XID_ERRORS", func(g *gpu) float64 { return g.xidLast }},
+		{"DCGM_FI_DEV_FB_FREE", func(g *gpu) float64 {
+			return math.Floor(g.model.MemoryMiB - reservedMiB - g.fbUsedMiB())
+		}},
+		{"DCGM_FI_DEV_FB_USED", func(g *gpu) float64 { return math.Ceil(g.fbUsedMiB()) }},
+		{"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", func(g *gpu) float64 { return math.Round(g.nvlinkMBps) }},
+		{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", func(g *gpu) float64 { return g.corrRemap }},
+		{"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", func(g *gpu) float64 { return g.uncorrRemap }},
+		{"DCGM_FI_DEV_ROW_REMAP_FAILURE", func(g *gpu) float64 { return b2f(g.mods.remapFailure) }},
+		{"DCGM_FI_PROF_GR_ENGINE_ACTIVE", func(g *gpu) float64 { return round4(math.Min(1, 0.97*g.busy+g.mods.smLoad)) }},
+		{"DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", func(g *gpu) float64 { return round4(math.Min(1, g.tensor+0.5*g.mods.smLoad)) }},
+		{"DCGM_FI_PROF_DRAM_ACTIVE", func(g *gpu) float64 { return round4(math.Min(1, g.dram+0.3*g.mods.smLoad)) }},
+		{"DCGM_FI_PROF_PCIE_TX_BYTES", func(g *gpu) float64 { return math.Round(g.pcieTx) }},
+		{"DCGM_FI_PROF_PCIE_RX_BYTES", func(g *gpu) float64 { return math.Round(g.pcieRx) }},
+		{"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", func(g *gpu) float64 { return math.Floor(g.sbeVol) }},
+		{"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", func(g *gpu) float64 { return g.dbeVol }},
+		{"DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", func(g *gpu) float64 { return math.Floor(g.sbeAgg) }},
+		{"DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", func(g *gpu) float64 { return g.dbeAgg }},
+		{"DCGM_FI_DEV_POWER_VIOLATION", func(g *gpu) float64 { return math.Round(g.powerViolUs) }},
+		{"DCGM_FI_DEV_THERMAL_VIOLATION", func(g *gpu) float64 { return math.Round(g.thermalViolUs) }},
+		{"DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", func(g *gpu) float64 { return math.Floor(g.crcFlits) }},
+		{"DCGM_FI_DEV_CLOCKS_EVENT_REASONS", func(g *gpu) float64 { return float64(g.reasons) }},
+	}
+}
+
+// util is GPU_UTIL as a fraction: a co-tenant's kernels keep it at 100 %.
+func (g *gpu) util() float64 {
+	if g.mods.smLoad > 0 {
+		return 1
+	}
+	return math.Min(1, g.busy)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func round4(v float64) float64 { return math.Round(v*1e4) / 1e4 }
+
+// init creates every series the twin will ever export.
+func (s *seriesStore) init(t *Twin) {
+	s.byKey = map[string]*Series{}
+	s.byMetric = map[string][]*Series{}
+	enabled := map[string]bool{}
+	for _, c := range t.spec.Exporter.Counters {
+		enabled[c] = true
+	}
+	for _, c := range t.spec.Exporter.OptIn {
+		enabled[c] = true
+	}
+	for _, m := range allGPUMetrics() {
+		if enabled[m.name] {
+			s.gpuMetrics = append(s.gpuMetrics, m)
+		}
+	}
+	for _, g := range t.gpus {
+		ls := labels("gpu", strconv.Itoa(g.index), "UUID", g.uuid, "pci_bus_id", g.pci,
+			"device", deviceName(g.index), "modelName", g.model.ModelName, "Hostname", g.node.name)
+		g.series = make([]*Series, len(s.gpuMetrics))
+		for i, m := range s.gpuMetrics {
+			g.series[i] = s.add(m.name, ls)
+		}
+	}
+	for _, n := range t.nodes {
+		n.series = nodeSeries{
+			unschedulable: s.add("kube_node_spec_unschedulable", labels("node", n.name)),
+			allocatable:   s.add("kube_node_status_allocatable", labels("node", n.name, "resource", "nvidia_com_gpu", "unit", "integer")),
+			ready:         s.add("kube_node_status_condition", labels("node", n.name, "condition", "Ready", "status", "true")),
+		}
+	}
+	for _, j := range t.jobs {
+		jl := labels("job", j.spec.Name)
+		j.series = jobSeries{
+			step:     s.add("gpuchaos_job_step_total", jl),
+			rate:     s.add("gpuchaos_job_steps_per_second", jl),
+			up:       s.add("gpuchaos_job_up", jl),
+			restarts: s.add("gpuchaos_job_restarts_total", jl),
+			ckptStep: s.add("gpuchaos_job_last_checkpoint_step", jl),
+			ckptTime: s.add("gpuchaos_job_last_checkpoint_timestamp_seconds", jl),
+			ckptFail: s.add("gpuchaos_job_checkpoint_failures_total", jl),
+			resumed:  s.add("gpuchaos_job_resumed_from_step", jl),
+			goodput:  s.add("gpuchaos_job_goodput_ratio", jl),
+		}
+		for r, g := range j.ranks {
+			j.series.rankStep = append(j.series.rankStep, s.add("gpuchaos_rank_step_seconds",
+				labels("job", j.spec.Name, "rank", strconv.Itoa(r), "Hostname", g.node.name, "gpu", strconv.Itoa(g.index))))
+		}
+	}
+}
+
+// labels builds sorted labels from name, value pairs.
+func labels(kv ...string) Labels {
+	ls := make(Labels, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		ls = append(ls, Label{Name: kv[i], Value: kv[i+1]})
+	}
+	slices.SortFunc(ls, func(a, b Label) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	return ls
+}
+
+func (s *seriesStore) add(metric string, ls Labels) *Series {
+	key := metric + ls.String()
+	if se, ok := s.byKey[key]; ok {
+		return se
+	}
+	se := &Series{Metric: metric, Labels: ls}
+	s.byKey[key] = se
+	s.byMetric[metric] = append(s.byMetric[metric], se)
+	s.all = append(s.all, se)
+	return se
+}
+
+func (se *Series) append(ts int64, v float64) {
+	se.Samples = append(se.Samples, Sample{T: ts, V: v})
+}
+
+// doScrape samples every series at the current time.
+func (t *Twin) doScrape() {
+	ts := t.Now().UnixMilli()
+	for _, g := range t.gpus {
+		if g.mods.offBus {
+			continue // a GPU off the bus is gone from NVML and DCGM
+		}
+		for i, m := range t.store.gpuMetrics {
+			g.series[i].append(ts, m.value(g))
+		}
+	}
+	for _, n := range t.nodes {
+		n.series.unschedulable.append(ts, b2f(n.mods.cordoned))
+		alloc := 0.0
+		if !n.mods.pluginKilled {
+			for _, g := range n.gpus {
+				// The device plugin withdraws unhealthy devices.
+				if g.usable() {
+					alloc++
+				}
+			}
+		}
+		n.series.allocatable.append(ts, alloc)
+		n.series.ready.append(ts, 1)
+	}
+	interval := t.scrape.Seconds()
+	for _, j := range t.jobs {
+		st := t.status(j)
+		js := &j.series
+		js.step.append(ts, float64(j.step))
+		rate := 0.0
+		if t.now > 0 {
+			rate = float64(j.computed-j.scrapedComputed) / math.Min(interval, t.now.Seconds())
+		}
+		j.scrapedComputed = j.computed
+		js.rate.append(ts, rate)
+		js.up.append(ts, b2f(st.Running))
+		js.restarts.append(ts, float64(j.restarts))
+		js.ckptStep.append(ts, float64(st.LastCheckpointStep))
+		js.ckptTime.append(ts, float64(st.LastCheckpointTime.UnixMilli())/1000)
+		js.ckptFail.append(ts, float64(j.ckptFailures))
+		js.resumed.append(ts, float64(j.resumedFrom))
+		js.goodput.append(ts, st.Goodput)
+		if j.processAlive() {
+			// A rank that is down writes no timing lines.
+			for r, se := range js.rankStep {
+				se.append(ts, j.rankCompute[r])
+			}
+		}
+	}
+}

@@ -1,0 +1,249 @@
+package twin
+
+import "math"
+
+// Clock event reasons, as DCGM_FI_DEV_CLOCKS_EVENT_REASONS reports them
+// (NVML's nvmlClocksEventReason* bit values).
+const (
+	reasonGPUIdle      = 0x1
+	reasonSWPowerCap   = 0x4
+	reasonSWThermal    = 0x20
+	reasonPowerBrakeHW = 0x80
+)
+
+// Physics constants. The power model is P = idle + (TDP − idle) · a ·
+// (f/fmax)³: dynamic power scales with activity a and, through voltage,
+// roughly with the cube of the clock. The cube makes a power cap cost
+// clock less than proportionally, as on real boards.
+const (
+	idleClockShare = 0.175 // an idle Hopper parks its SM clock near 345 of 1980 MHz
+	minClockShare  = 0.3   // lowest clock the throttle controllers go to
+	thermalGain    = 20.0  // W per °C above slowdown the thermal controller sheds
+	hbmTempFactor  = 1.1   // HBM runs a little hotter than the core under load
+	reservedMiB    = 600.0 // driver and context reservation, never free
+)
+
+// gpu is one device: its identity, its physical state and the modifiers the
+// active effects put on it.
+type gpu struct {
+	idx         int // over the whole cluster
+	node        *node
+	index       int
+	model       *GPUModel
+	uuid, pci   string
+	socket      int
+	variability float64
+	job         *job // nil when no rank runs here
+	rank        int
+
+	// Physical state, integrated every physics step.
+	temp, memTemp, power, smClock, energyJ float64
+	thermalActive                          bool // the thermal controller is limiting the clock
+	reasons                                uint64
+	powerViolUs, thermalViolUs             float64
+
+	// What the workload makes the GPU do; set when a step starts.
+	act        float64 // power activity 0..1
+	busy       float64 // fraction of time a kernel runs (GPU_UTIL)
+	tensor     float64
+	dram       float64
+	copyUtil   float64
+	nvlinkMBps float64
+	pcieRx     float64 // bytes/s
+	pcieTx     float64
+
+	// Counters and gauges that faults move; counters are never rewound.
+	xidLast                float64
+	corrRemap, uncorrRemap float64
+	pcieReplay             float64
+	sbeVol, sbeAgg         float64
+	dbeVol, dbeAgg         float64
+	crcFlits               float64
+	xid92Logged            bool
+	mods                   gpuMods
+	series                 []*Series // per enabled GPU metric, in gpuMetrics order
+}
+
+// gpuMods is what the active effects do to a GPU, recomputed from scratch
+// whenever the set of active effects changes.
+type gpuMods struct {
+	thermalFactor  float64 // multiplies thermal resistance
+	powerCap       float64 // allowed fraction of TDP
+	smLoad         float64 // SM share taken by a co-tenant
+	vramFrac       float64 // HBM share held by someone else
+	pcieBps        float64 // extra host-device copy bytes/s
+	pcieFactor     float64 // input-pipeline slowdown of the rank
+	computeFactor  float64 // silent compute slowdown of the rank
+	nvlinkDown     bool
+	nvlinkFallback float64
+	crcPerMin      float64
+	sbePerMin      float64
+	offBus         bool
+	resetPending   bool
+	remapPending   bool
+	remapFailure   bool
+	rankHung       bool
+	hangTimeout    float64 // seconds; 0 = the job's watchdog
+}
+
+func (m *gpuMods) reset() {
+	*m = gpuMods{thermalFactor: 1, powerCap: 1, pcieFactor: 1, computeFactor: 1}
+}
+
+// usable reports whether a rank can run on the GPU.
+func (g *gpu) usable() bool { return !g.mods.offBus && !g.mods.resetPending }
+
+// computeSlowdown is how much longer the rank's compute takes than on a
+// median GPU at full clock.
+func (g *gpu) computeSlowdown() float64 {
+	s := g.variability * g.mods.computeFactor * g.mods.pcieFactor
+	if l := g.mods.smLoad; l > 0 {
+		s *= math.Min(1/math.Max(1-l, 1e-9), 10)
+	}
+	clock := g.smClock / g.model.MaxSMClockMHz
+	if g.act == 0 || clock <= 0 {
+		// A GPU waking from idle boosts within milliseconds; only a
+		// throttle or cap holds the clock down.
+		clock = g.limitClock(math.Max(g.act, 0.9), g.model.MaxSMClockMHz) / g.model.MaxSMClockMHz
+	}
+	return s / clock
+}
+
+// powerAt is the draw at activity a and clock f.
+func (g *gpu) powerAt(a, f float64) float64 {
+	m := g.model
+	r := f / m.MaxSMClockMHz
+	return m.IdleWatts + (m.TDPWatts-m.IdleWatts)*a*r*r*r
+}
+
+// clockFor is the clock at which activity a draws p watts.
+func (g *gpu) clockFor(a, p float64) float64 {
+	m := g.model
+	x := (p - m.IdleWatts) / ((m.TDPWatts - m.IdleWatts) * a)
+	return m.MaxSMClockMHz * math.Cbrt(math.Max(x, 0))
+}
+
+// limitClock applies the power cap and the thermal controller to a wanted
+// clock f at activity a, setting reasons; it does not integrate anything.
+func (g *gpu) limitClock(a, f float64) float64 {
+	m := g.model
+	lo := minClockShare * m.MaxSMClockMHz
+	if a <= 0 {
+		return f
+	}
+	if capW := m.TDPWatts * g.mods.powerCap; g.powerAt(a, f) > capW {
+		f = math.Max(g.clockFor(a, capW), lo)
+	}
+	if g.thermalActive {
+		if lim := g.thermalLimit(); g.powerAt(a, f) > lim {
+			f = math.Max(g.clockFor(a, lim), lo)
+		}
+	}
+	return f
+}
+
+// thermalLimit is the power the thermal controller allows: the draw whose
+// equilibrium is the slowdown temperature, less a proportional term that
+// pulls an overshoot back.
+func (g *gpu) thermalLimit() float64 {
+	r := g.model.ThermalResistance * g.mods.thermalFactor
+	hold := (g.model.SlowdownCelsius - g.ambient()) / r
+	return hold - thermalGain*(g.temp-g.model.SlowdownCelsius)
+}
+
+func (g *gpu) ambient() float64 { return g.node.ambient }
+
+// step integrates dt seconds of physics: clocks from caps and the thermal
+// controller, power, first-order temperature (exact for constant power
+// over the step, so any step size is stable), energy and fault counters.
+func (g *gpu) step(t *Twin, dt float64) {
+	m := g.model
+	a := g.act
+	if l := g.mods.smLoad; l > 0 {
+		a = math.Min(1, a+l)
+	}
+	g.reasons = 0
+	f := m.MaxSMClockMHz
+	if a <= 0 {
+		f = idleClockShare * m.MaxSMClockMHz
+		g.reasons |= reasonGPUIdle
+	} else {
+		if g.temp >= m.SlowdownCelsius {
+			g.thermalActive = true
+		}
+		if capW := m.TDPWatts * g.mods.powerCap; g.powerAt(a, f) > capW {
+			f = math.Max(g.clockFor(a, capW), minClockShare*m.MaxSMClockMHz)
+			g.reasons |= reasonSWPowerCap
+			g.powerViolUs += dt * 1e6
+		}
+		if g.thermalActive {
+			lim := g.thermalLimit()
+			if g.powerAt(a, f) > lim {
+				f = math.Max(g.clockFor(a, lim), minClockShare*m.MaxSMClockMHz)
+				g.reasons |= reasonSWThermal
+				g.thermalViolUs += dt * 1e6
+			} else {
+				// The cause is gone: the clock is no longer held down.
+				g.thermalActive = false
+			}
+		}
+	}
+	if g.mods.offBus {
+		a, f = 0, 0
+	}
+	g.smClock = f
+	g.power = m.IdleWatts
+	if a > 0 {
+		g.power = g.powerAt(a, f)
+	}
+	if g.mods.offBus {
+		g.power = 0
+	}
+	r := m.ThermalResistance * g.mods.thermalFactor
+	decay := t.thermalDecay
+	amb := g.ambient()
+	eq := amb + g.power*r
+	g.temp = eq + (g.temp-eq)*decay
+	memEq := amb + hbmTempFactor*g.power*r
+	g.memTemp = memEq + (g.memTemp-memEq)*decay
+	g.energyJ += g.power * dt
+	if g.mods.sbePerMin > 0 {
+		n := g.mods.sbePerMin * dt / 60
+		g.sbeVol += n
+		g.sbeAgg += n
+	}
+	if g.mods.crcPerMin > 0 {
+		g.crcFlits += g.mods.crcPerMin * dt / 60
+	}
+}
+
+// settle puts the GPU at the equilibrium of its current load, as if it had
+// been running it for a long time.
+func (g *gpu) settle(t *Twin) {
+	for range 3 {
+		g.step(t, 0)
+		r := g.model.ThermalResistance * g.mods.thermalFactor
+		g.temp = g.ambient() + g.power*r
+		g.memTemp = g.ambient() + hbmTempFactor*g.power*r
+	}
+	g.energyJ = 0
+	g.powerViolUs, g.thermalViolUs = 0, 0
+}
+
+// fbUsedMiB is the framebuffer in use, as DCGM counts it (the driver's
+// reservation is reported apart): the job's working set while its process
+// lives and whatever another tenant holds.
+func (g *gpu) fbUsedMiB() float64 {
+	used := g.mods.vramFrac * g.model.MemoryMiB
+	if g.job != nil && g.job.processAlive() {
+		used += g.job.spec.MemoryGiB * 1024
+	}
+	return math.Min(used, g.model.MemoryMiB-reservedMiB)
+}
+
+// physics integrates every GPU over dt seconds.
+func (t *Twin) physics(dt float64) {
+	for _, g := range t.gpus {
+		g.step(t, dt)
+	}
+}

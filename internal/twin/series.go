@@ -1,0 +1,70 @@
+package twin
+
+import (
+	"strings"
+	"time"
+)
+
+// Label is one name=value pair of a series.
+type Label struct {
+	Name, Value string
+}
+
+// Labels are sorted by name; Get returns "" for a missing label.
+type Labels []Label
+
+// Get returns the value of the named label, or "".
+func (ls Labels) Get(name string) string {
+	for _, l := range ls {
+		if l.Name == name {
+			return l.Value
+		}
+	}
+	return ""
+}
+
+// String renders the labels in Prometheus text form: {a="1",b="2"}.
+func (ls Labels) String() string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, l := range ls {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(l.Name)
+		b.WriteString(`="`)
+		b.WriteString(l.Value)
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// Sample is one scraped value. T is milliseconds since the Unix epoch, as in
+// Prometheus, so the PromQL engine can read the twin's series directly.
+type Sample struct {
+	T int64
+	V float64
+}
+
+// Time returns the sample's time.
+func (s Sample) Time() time.Time { return time.UnixMilli(s.T).UTC() }
+
+// Series is one time series as a scraper would have stored it: the metric
+// name, its labels (without __name__) and every sample so far, in time
+// order. A series whose source disappeared (a GPU off the bus) simply gets
+// no more samples.
+type Series struct {
+	Metric  string
+	Labels  Labels
+	Samples []Sample
+}
+
+// LogLine is one kernel log record of a node, as dmesg would show it.
+type LogLine struct {
+	Time time.Time
+	Node string
+	// Priority is the syslog level (3 = err, 4 = warning, 6 = info).
+	Priority int
+	Text     string
+}

@@ -1,0 +1,12 @@
+// Package xid knows NVIDIA XID errors from both sides: a table of codes with
+// the catalogue message each prints and the action it calls for, a formatter
+// that writes a line exactly as the driver does, and a parser that reads XID
+// and NVSwitch SXid events back out of kernel log text in any common shape
+// (raw /dev/kmsg records, dmesg with monotonic or ctime stamps, journalctl
+// and syslog lines).
+//
+// The injector and the twin write lines with FormatLine; detectors and
+// 'gpuchaos xid parse' read them with ParseLine. Both take codes and actions
+// from the one table here, so what we inject is what we can recognise
+// (STYLE.md: one catalogue feeds both sides).
+package xid

@@ -1,0 +1,106 @@
+package xid
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func FuzzParseLine(f *testing.F) {
+	paths, _ := filepath.Glob("testdata/*.log")
+	for _, p := range paths {
+		file, err := os.Open(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		sc := bufio.NewScanner(file)
+		for sc.Scan() {
+			f.Add(sc.Text())
+		}
+		file.Close()
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		ev, ok := ParseLine(line)
+		if !ok {
+			return
+		}
+		if ev.Code <= 0 {
+			t.Errorf("ParseLine(%q): code %d", line, ev.Code)
+		}
+		if p, ok := NormalizePCI(ev.PCI); !ok || p != ev.PCI {
+			t.Errorf("ParseLine(%q): PCI %q not in domain:bus:device form", line, ev.PCI)
+		}
+		if ev.Kind != KindXID && ev.Kind != KindSXID {
+			t.Errorf("ParseLine(%q): kind %q", line, ev.Kind)
+		}
+		if ev.Action == "" || ev.Action == ActionSeeText {
+			t.Errorf("ParseLine(%q): action %q", line, ev.Action)
+		}
+		if ev.PID != nil && *ev.PID < 0 {
+			t.Errorf("ParseLine(%q): negative pid", line)
+		}
+	})
+}
+
+// FuzzRoundTrip checks ParseLine(FormatLine(...)) over the inputs a driver
+// can produce: process names are kernel comm strings (no newline, and no
+// ", " which ends the name in the driver's own format), messages are one
+// line.
+func FuzzRoundTrip(f *testing.F) {
+	f.Add(uint16(0), uint8(0x3b), uint8(0), 79, 1234, "python3", "GPU has fallen off the bus.")
+	f.Add(uint16(4), uint8(1), uint8(0x1f), 154, -1, "", "")
+	f.Add(uint16(0x18), uint8(1), uint8(0), 145, 0, "ray::WorkerDict", "RLW_RXPIPE Nonfatal XC0 i0 Link 13")
+	f.Fuzz(func(t *testing.T, dom uint16, bus, dev uint8, code, pid int, process, text string) {
+		// 154 takes its action from the text, which here is arbitrary;
+		// TestRoundTrip and TestParseLine cover it.
+		if code <= 0 || code > 999999999 || code == 154 {
+			return
+		}
+		if strings.ContainsAny(process+text, "\r\n") || strings.Contains(process, ",") ||
+			process != strings.TrimSpace(process) || strings.HasPrefix(process, "'") || process == unknown {
+			return
+		}
+		pci := strings.ToUpper(strings.Repeat("0", 4) + hex4(dom) + ":" + hex2(bus) + ":" + hex2(dev) + ".0")
+		line := FormatLine(pci, code, pid, process, text)
+		ev, ok := ParseLine(line)
+		if !ok {
+			t.Fatalf("ParseLine(%q) not ok", line)
+		}
+		wantPCI := hex4(dom) + ":" + hex2(bus) + ":" + hex2(dev)
+		if ev.Code != code || ev.PCI != wantPCI {
+			t.Fatalf("ParseLine(%q) = code %d pci %q", line, ev.Code, ev.PCI)
+		}
+		if pid < 0 || process == "" {
+			if ev.Process != nil {
+				t.Fatalf("ParseLine(%q): process %q, want none", line, *ev.Process)
+			}
+		} else if ev.Process == nil || *ev.Process != process {
+			t.Fatalf("ParseLine(%q): process %v, want %q", line, ev.Process, process)
+		}
+		if pid < 0 && ev.PID != nil || pid >= 0 && (ev.PID == nil || *ev.PID != pid) {
+			t.Fatalf("ParseLine(%q): pid %v, want %d", line, ev.PID, pid)
+		}
+		want := ActionInvestigate
+		if in, ok := Lookup(code); ok {
+			want = in.Action
+		}
+		if ev.Action != want {
+			t.Fatalf("ParseLine(%q): action %q, want %q", line, ev.Action, want)
+		}
+	})
+}
+
+func hex2(v uint8) string  { return hexN(uint64(v), 2) }
+func hex4(v uint16) string { return hexN(uint64(v), 4) }
+
+func hexN(v uint64, n int) string {
+	const digits = "0123456789abcdef"
+	b := make([]byte, n)
+	for i := n - 1; i >= 0; i-- {
+		b[i] = digits[v&0xf]
+		v >>= 4
+	}
+	return string(b)
+}

@@ -1,0 +1,387 @@
+package xid
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
+
+// TestDesignActions pins the actions DESIGN.md §6 states.
+func TestDesignActions(t *testing.T) {
+	t.Parallel()
+	want := map[Action][]int{
+		ActionRestartApp:  {13, 31, 43},
+		ActionResetGPU:    {48, 62, 64, 95, 109, 119, 120, 136, 140, 143},
+		ActionReboot:      {79},
+		ActionNone:        {63, 92, 94},
+		ActionInvestigate: {74},
+		ActionSeeText:     {154},
+	}
+	for act, codes := range want {
+		for _, c := range codes {
+			in, ok := Lookup(c)
+			if !ok {
+				t.Errorf("Lookup(%d): not in table", c)
+				continue
+			}
+			if in.Action != act {
+				t.Errorf("Lookup(%d).Action = %q, want %q", c, in.Action, act)
+			}
+		}
+	}
+}
+
+func TestTable(t *testing.T) {
+	t.Parallel()
+	required := []int{8, 13, 31, 32, 38, 43, 45, 48, 56, 57, 58, 61, 62, 63, 64, 68, 69, 74, 79, 92, 94, 95,
+		109, 110, 119, 120, 121, 136, 140, 143, 144, 145, 146, 147, 148, 149, 150, 154}
+	codes := Codes()
+	if !slices.IsSorted(codes) {
+		t.Errorf("Codes() not sorted: %v", codes)
+	}
+	if len(slices.Compact(slices.Clone(codes))) != len(codes) {
+		t.Errorf("Codes() has duplicates: %v", codes)
+	}
+	for _, c := range required {
+		if !slices.Contains(codes, c) {
+			t.Errorf("code %d missing from the table", c)
+		}
+	}
+	valid := []Action{ActionNone, ActionRestartApp, ActionResetGPU, ActionReboot, ActionInvestigate, ActionSeeText}
+	for _, in := range All() {
+		if in.Name == "" || in.Text == "" || in.Description == "" {
+			t.Errorf("code %d: empty Name, Text or Description: %+v", in.Code, in)
+		}
+		if !slices.Contains(valid, in.Action) {
+			t.Errorf("code %d: action %q is not one of %v", in.Code, in.Action, valid)
+		}
+		if strings.ContainsAny(in.Text, "\n\r") {
+			t.Errorf("code %d: Text spans lines", in.Code)
+		}
+	}
+	if _, ok := Lookup(999999); ok {
+		t.Error("Lookup(999999) found an entry")
+	}
+	// All hands out copies: changing one must not change the table.
+	a := All()
+	a[0].Action = "changed"
+	if b := All(); b[0].Action == "changed" {
+		t.Error("All() returned the table itself, not a copy")
+	}
+}
+
+func TestNormalizePCI(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, in, want string
+		ok             bool
+	}{
+		{"driver form", "0000:3b:00", "0000:3b:00", true},
+		{"dcgm form", "00000000:3B:00.0", "0000:3b:00", true},
+		{"with function", "0000:3b:00.1", "0000:3b:00", true},
+		{"PCI prefix", "PCI:0004:01:00", "0004:01:00", true},
+		{"non-zero domain", "0018:01:00", "0018:01:00", true},
+		{"spaces", "  0000:05:00.0 ", "0000:05:00", true},
+		{"wide non-zero domain", "00010000:3b:00.0", "", false},
+		{"too wide", "000000000:3b:00", "", false},
+		{"short bus", "0000:3:00", "", false},
+		{"no domain", "3b:00.0", "", false},
+		{"not hex", "0000:3g:00", "", false},
+		{"bad function", "0000:3b:00.10", "", false},
+		{"empty", "", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := NormalizePCI(tt.in)
+			if got != tt.want || ok != tt.ok {
+				t.Errorf("NormalizePCI(%q) = %q, %v; want %q, %v", tt.in, got, ok, tt.want, tt.ok)
+			}
+		})
+	}
+}
+
+func TestFormatLine(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name    string
+		pci     string
+		code    int
+		pid     int
+		process string
+		text    string
+		want    string
+	}{
+		{"known process", "0000:3b:00", 79, 1234, "python3", "GPU has fallen off the bus.",
+			"NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus."},
+		{"unknown pid", "00000000:3B:00.0", 48, -1, "ignored", "An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 4, subpartition 1.",
+			"NVRM: Xid (PCI:0000:3b:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer at partition 4, subpartition 1."},
+		{"empty process", "0000:3b:00", 13, 7, "", "x",
+			"NVRM: Xid (PCI:0000:3b:00): 13, pid=7, name=<unknown>, x"},
+		{"catalogue text", "0000:3b:00", 154, -1, "", "",
+			"NVRM: Xid (PCI:0000:3b:00): 154, pid='<unknown>', name=<unknown>, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)"},
+		{"unreadable pci kept", "gpu3", 79, 1, "p", "t",
+			"NVRM: Xid (PCI:gpu3): 79, pid=1, name=p, t"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := FormatLine(tt.pci, tt.code, tt.pid, tt.process, tt.text); got != tt.want {
+				t.Errorf("FormatLine() =\n  %s\nwant\n  %s", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFormatSXidLine(t *testing.T) {
+	t.Parallel()
+	got := FormatSXidLine(0, "00000000:05:00.0", 12028, false, "Link 32 egress non-posted PRIV error (First)")
+	want := "nvidia-nvswitch0: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error (First)"
+	if got != want {
+		t.Errorf("FormatSXidLine() = %q, want %q", got, want)
+	}
+	ev, ok := ParseLine(FormatSXidLine(3, "0000:C2:00.1", 20034, true, "Link 46 LTSSM Fault Up"))
+	if !ok || ev.Kind != KindSXID || ev.Code != 20034 || ev.PCI != "0000:c2:00" || ev.Action != ActionResetGPU {
+		t.Errorf("fatal SXid round trip = %+v, %v", ev, ok)
+	}
+}
+
+// TestRoundTrip formats every code in the table and parses it back.
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	for _, in := range All() {
+		for _, pid := range []int{-1, 0, 4242} {
+			line := FormatLine("00000000:3B:00.0", in.Code, pid, "python3", "")
+			ev, ok := ParseLine("[ 12.000001] " + line)
+			if !ok {
+				t.Errorf("code %d pid %d: ParseLine(%q) not ok", in.Code, pid, line)
+				continue
+			}
+			want := in.Action
+			if in.Code == 154 {
+				want = ActionResetGPU // the catalogue text announces a reset
+			}
+			if ev.Kind != KindXID || ev.Code != in.Code || ev.PCI != "0000:3b:00" || ev.Action != want ||
+				ev.Message != in.Text || ev.Time != "12.000001" {
+				t.Errorf("code %d pid %d: got %+v", in.Code, pid, ev)
+			}
+			switch {
+			case pid < 0 && (ev.PID != nil || ev.Process != nil):
+				t.Errorf("code %d: unknown pid came back as %v/%v", in.Code, ev.PID, ev.Process)
+			case pid >= 0 && (ev.PID == nil || *ev.PID != pid || ev.Process == nil || *ev.Process != "python3"):
+				t.Errorf("code %d pid %d: pid/process came back as %v/%v", in.Code, pid, ev.PID, ev.Process)
+			}
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func TestParseLine(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		line string
+		want *Event // nil: not an XID
+	}{
+		{"bare driver line", "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus.",
+			&Event{Kind: "xid", Code: 79, PCI: "0000:3b:00", PID: ptr(1234), Process: ptr("python3"), Message: "GPU has fallen off the bus.", Action: ActionReboot}},
+		{"dmesg stamp and caller tag", "[ 130.456250] [ T1946] NVRM: Xid (PCI:0000:2b:00): 31, pid=1942, name=llama-bench, channel 0x00000002",
+			&Event{Kind: "xid", Code: 31, PCI: "0000:2b:00", PID: ptr(1942), Process: ptr("llama-bench"), Message: "channel 0x00000002", Action: ActionRestartApp, Time: "130.456250"}},
+		{"dmesg -T", "[Mon Nov 30 02:27:31 2026] NVRM: Xid (PCI:0000:3b:00): 63, pid='<unknown>', name=<unknown>, Row Remapper: x",
+			&Event{Kind: "xid", Code: 63, PCI: "0000:3b:00", Message: "Row Remapper: x", Action: ActionNone, Time: "Mon Nov 30 02:27:31 2026"}},
+		{"journalctl short", "Nov 30 02:27:31 host kernel: NVRM: Xid (PCI:0000:3b:00): 94, pid=12, name=Web Content, Contained: SM (0x1). RST: No, D-RST: No",
+			&Event{Kind: "xid", Code: 94, PCI: "0000:3b:00", PID: ptr(12), Process: ptr("Web Content"), Message: "Contained: SM (0x1). RST: No, D-RST: No", Action: ActionNone, Time: "Nov 30 02:27:31"}},
+		{"kmsg record", "3,1201,6085126134786,-;NVRM: Xid (PCI:0000:3b:00): 95, pid=1, name=a, Uncontained: FBHUB. RST: Yes, D-RST: No",
+			&Event{Kind: "xid", Code: 95, PCI: "0000:3b:00", PID: ptr(1), Process: ptr("a"), Message: "Uncontained: FBHUB. RST: Yes, D-RST: No", Action: ActionResetGPU, Time: "6085126134786"}},
+		{"syslog priority", "<3>NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=a, b",
+			&Event{Kind: "xid", Code: 13, PCI: "0000:3b:00", PID: ptr(1), Process: ptr("a"), Message: "b", Action: ActionRestartApp}},
+		{"old format without PCI", "NVRM: Xid (0000:03:00): 13, Channel 00000001",
+			&Event{Kind: "xid", Code: 13, PCI: "0000:03:00", Message: "Channel 00000001", Action: ActionRestartApp}},
+		{"no pid", "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.",
+			&Event{Kind: "xid", Code: 79, PCI: "0000:06:00", Message: "GPU has fallen off the bus.", Action: ActionReboot}},
+		{"truncated after pid", "NVRM: Xid (PCI:0000:01:00): 38, pid=1659,",
+			&Event{Kind: "xid", Code: 38, PCI: "0000:01:00", PID: ptr(1659), Action: ActionNone}},
+		{"MIG attribution", "NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 94, pid=7194, name=python, Contained: CE User Channel (0x9). RST: No, D-RST: No",
+			&Event{Kind: "xid", Code: 94, PCI: "0000:01:00", PID: ptr(7194), Process: ptr("python"), Message: "Contained: CE User Channel (0x9). RST: No, D-RST: No", Action: ActionNone}},
+		{"154 reset", "NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
+			&Event{Kind: "xid", Code: 154, PCI: "0008:01:00", Message: "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)", Action: ActionResetGPU}},
+		{"154 reboot", "NVRM: Xid (PCI:0000:02:00): 154, GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)",
+			&Event{Kind: "xid", Code: 154, PCI: "0000:02:00", Message: "GPU recovery action changed from 0x0 (None) to 0x2 (Node Reboot Required)", Action: ActionReboot}},
+		{"154 drain and reset", "NVRM: Xid (PCI:0000:02:00): 154, GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)",
+			&Event{Kind: "xid", Code: 154, PCI: "0000:02:00", Message: "GPU recovery action changed from 0x0 (None) to 0x4 (Drain and Reset)", Action: ActionResetGPU}},
+		{"154 number only", "NVRM: Xid (PCI:0000:02:00): 154, GPU recovery action changed from 0x0 to 0x2",
+			&Event{Kind: "xid", Code: 154, PCI: "0000:02:00", Message: "GPU recovery action changed from 0x0 to 0x2", Action: ActionReboot}},
+		{"154 back to none", "NVRM: Xid (PCI:0000:02:00): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)",
+			&Event{Kind: "xid", Code: 154, PCI: "0000:02:00", Message: "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)", Action: ActionNone}},
+		{"unknown code", "NVRM: Xid (PCI:0000:02:00): 161, pid=1, name=a, b",
+			&Event{Kind: "xid", Code: 161, PCI: "0000:02:00", PID: ptr(1), Process: ptr("a"), Message: "b", Action: ActionInvestigate}},
+		{"sxid non-fatal", "nvidia-nvswitch3: SXid (PCI:0000:4e:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error (First)",
+			&Event{Kind: "sxid", Code: 12028, PCI: "0000:4e:00", Message: "Non-fatal, Link 32 egress non-posted PRIV error (First)", Action: ActionNone}},
+		{"sxid detail line", "nvidia-nvswitch3: SXid (PCI:0000:4e:00.0): 12028, Severity 0 Engine instance 32 Sub-engine instance 00", nil},
+		{"kmsg continuation", " DEVICE=+pci:0000:3b:00.0", nil},
+		{"other NVRM line", "NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.", nil},
+		{"code zero", "NVRM: Xid (PCI:0000:3b:00): 0, x", nil},
+		{"bad pci", "NVRM: Xid (PCI:0000:3b): 79, x", nil},
+		{"empty", "", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := ParseLine(tt.line)
+			if tt.want == nil {
+				if ok {
+					t.Errorf("ParseLine(%q) = %+v, want no event", tt.line, got)
+				}
+				return
+			}
+			if !ok {
+				t.Fatalf("ParseLine(%q): no event", tt.line)
+			}
+			if !reflect.DeepEqual(got, *tt.want) {
+				g, _ := json.Marshal(got)
+				w, _ := json.Marshal(tt.want)
+				t.Errorf("ParseLine(%q) =\n  %s\nwant\n  %s", tt.line, g, w)
+			}
+		})
+	}
+}
+
+// TestGolden parses every testdata/*.log and compares the JSON lines with
+// testdata/*.golden.jsonl; go test -update rewrites them.
+func TestGolden(t *testing.T) {
+	t.Parallel()
+	logs, err := filepath.Glob("testdata/*.log")
+	if err != nil || len(logs) == 0 {
+		t.Fatalf("no testdata logs: %v", err)
+	}
+	for _, path := range logs {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			var out bytes.Buffer
+			enc := json.NewEncoder(&out)
+			if err := Parse(f, func(ev Event) error { return enc.Encode(ev) }); err != nil {
+				t.Fatalf("Parse: %v", err)
+			}
+			golden := strings.TrimSuffix(path, ".log") + ".golden.jsonl"
+			if *update {
+				if err := os.WriteFile(golden, out.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(golden)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to create it)", err)
+			}
+			if !bytes.Equal(out.Bytes(), want) {
+				t.Errorf("%s differs from %s:\n got:\n%s\nwant:\n%s", path, golden, out.Bytes(), want)
+			}
+		})
+	}
+}
+
+func TestNotXIDProducesNothing(t *testing.T) {
+	t.Parallel()
+	f, err := os.Open("testdata/notxid.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	err = Parse(f, func(ev Event) error {
+		t.Errorf("unexpected event %+v", ev)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestParseStream(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("x", 200<<10) // longer than bufio's default buffer
+	huge := strings.Repeat("y", maxLine+10)
+	in := strings.Join([]string{
+		"[ 1.0] " + long,
+		"[ 2.0] NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=a, " + long,
+		huge + " NVRM: Xid (PCI:0000:3b:00): 79, past the line bound",
+		"[ 3.0] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\r",
+		"[ 4.0] NVRM: Xid (PCI:0000:3b:00): 48, no trailing newline",
+	}, "\n")
+	var got []Event
+	if err := Parse(strings.NewReader(in), func(ev Event) error { got = append(got, ev); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	var codes []int
+	for _, ev := range got {
+		codes = append(codes, ev.Code)
+	}
+	if !slices.Equal(codes, []int{13, 79, 48}) {
+		t.Fatalf("codes = %v, want [13 79 48]", codes)
+	}
+	if len(got[0].Message) != len(long) {
+		t.Errorf("long message cut to %d bytes", len(got[0].Message))
+	}
+	if got[1].Message != "GPU has fallen off the bus." {
+		t.Errorf("CR not trimmed: %q", got[1].Message)
+	}
+
+	stop := errors.New("stop")
+	err := Parse(strings.NewReader(in), func(Event) error { return stop })
+	if !errors.Is(err, stop) || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("emit error = %v, want it wrapped with line 2", err)
+	}
+	err = Parse(iotestErrReader{}, func(Event) error { return nil })
+	if err == nil || !strings.Contains(err.Error(), "read line 1") {
+		t.Errorf("read error = %v", err)
+	}
+}
+
+type iotestErrReader struct{}
+
+func (iotestErrReader) Read([]byte) (int, error) { return 0, errors.New("disk on fire") }
+
+func TestEventJSON(t *testing.T) {
+	t.Parallel()
+	ev, _ := ParseLine("NVRM: Xid (PCI:0000:3b:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")
+	b, err := json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"kind":"xid","code":79,"pci":"0000:3b:00","pid":null,"process":null,"message":"GPU has fallen off the bus.","action":"reboot"}`
+	if string(b) != want {
+		t.Errorf("JSON = %s\nwant   %s", b, want)
+	}
+}
+
+// BenchmarkParse measures a kernel log where one line in ten is an XID,
+// about what a busy node's dmesg looks like after a bad day.
+func BenchmarkParse(b *testing.B) {
+	var sb strings.Builder
+	for i := range 10000 {
+		if i%10 == 0 {
+			sb.WriteString("[ 1305.001007] " + FormatLine("0000:b3:00", 48, -1, "", "") + "\n")
+			continue
+		}
+		sb.WriteString("[ 1305.001090] pcieport 0000:00:01.0: AER: Corrected error received: 0000:00:01.0\n")
+	}
+	in := sb.String()
+	b.SetBytes(int64(len(in)))
+	b.ResetTimer()
+	for b.Loop() {
+		n := 0
+		if err := Parse(strings.NewReader(in), func(Event) error { n++; return nil }); err != nil || n != 1000 {
+			b.Fatalf("n=%d err=%v", n, err)
+		}
+	}
+}
