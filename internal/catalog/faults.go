@@ -134,12 +134,12 @@ func xidLog(code int) string {
 // job. dcgm-exporter sees GPUs, not jobs; these are what a goodput or
 // step-time alert reads.
 const (
-	seriesJobStepSeconds       = "gpuchaos_job_step_seconds"
-	seriesJobStepsTotal        = "gpuchaos_job_steps_total"
-	seriesJobRestartsTotal     = "gpuchaos_job_restarts_total"
-	seriesJobUp                = "gpuchaos_job_up"
-	seriesJobBusBandwidth      = "gpuchaos_job_collective_busbw_bytes_per_second"
-	seriesJobCheckpointSeconds = "gpuchaos_job_checkpoint_seconds"
-	seriesJobCheckpointFails   = "gpuchaos_job_checkpoint_failures_total"
-	seriesJobLastCheckpoint    = "gpuchaos_job_last_checkpoint_timestamp_seconds"
+	seriesJobStepSeconds        = "gpuchaos_rank_step_seconds"
+	seriesJobStepsTotal         = "gpuchaos_job_step_total"
+	seriesJobStepRate           = "gpuchaos_job_steps_per_second"
+	seriesJobRestartsTotal      = "gpuchaos_job_restarts_total"
+	seriesJobUp                 = "gpuchaos_job_up"
+	seriesJobLastCheckpointStep = "gpuchaos_job_last_checkpoint_step"
+	seriesJobCheckpointFails    = "gpuchaos_job_checkpoint_failures_total"
+	seriesJobLastCheckpoint     = "gpuchaos_job_last_checkpoint_timestamp_seconds"
 )

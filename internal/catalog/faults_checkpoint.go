@@ -31,7 +31,7 @@ func checkPath(v Values) error {
 func checkpointFaults() []*Fault {
 	workload := func() []Layer { return []Layer{LayerWorkload} }
 	ckptSeries := func(extra ...string) []string {
-		return append([]string{seriesJobCheckpointSeconds, seriesJobCheckpointFails, seriesJobLastCheckpoint}, extra...)
+		return append([]string{seriesJobLastCheckpointStep, seriesJobCheckpointFails, seriesJobLastCheckpoint}, extra...)
 	}
 	return []*Fault{
 		{

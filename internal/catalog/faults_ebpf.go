@@ -27,7 +27,7 @@ func ebpfFaults() []*Fault {
 					"the probability. Removing the filter restores the path." + kernelStackNote,
 			}},
 			Signature: Signature{
-				Series:   []string{seriesJobStepSeconds, seriesJobBusBandwidth},
+				Series:   []string{seriesJobStepSeconds, seriesJobStepRate},
 				Workload: "As network.loss: retransmits cut inter-node bandwidth; kernel drop counters (tc -s filter) show the program's work.",
 				Silent:   true,
 				Effects: func(v Values) []Effect {

@@ -225,7 +225,7 @@ func hardwareFaults() []*Fault {
 				},
 			},
 			Signature: Signature{
-				Series:   []string{"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", seriesJobStepSeconds, seriesJobBusBandwidth},
+				Series:   []string{"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", seriesJobStepSeconds, seriesJobStepRate},
 				Logs:     []string{xidLog(74)},
 				Workload: "Intra-node collectives run about ten times slower; a job whose NCCL communicator was built over NVLink may instead fail with a transport error.",
 				Effects:  fixedEffects(Effect{Kind: EffectNVLink, Mode: "down", Factor: nvlinkDownFactor, Code: 74}),

@@ -42,7 +42,7 @@ func ncclFaults() []*Fault {
 		return []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload}
 	}
 	slowSeries := func() []string {
-		return []string{"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", seriesJobBusBandwidth, seriesJobStepSeconds}
+		return []string{"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", seriesJobStepRate, seriesJobStepSeconds}
 	}
 	return []*Fault{
 		{
@@ -68,7 +68,7 @@ func ncclFaults() []*Fault {
 			Detectable: []Layer{LayerWorkload},
 			Mechanisms: []Mechanism{envMechanism("NCCL_SHM_DISABLE=1", LayerWorkload)},
 			Signature: Signature{
-				Series:   []string{seriesJobBusBandwidth},
+				Series:   []string{seriesJobStepRate},
 				Workload: "Nothing on an NVLink box: only the NCCL_DEBUG=INFO transport lines show it. Combined with P2P off, traffic falls back to sockets.",
 				Silent:   true,
 				// Factor 1: NCCL keeps P2P over NVLink between GPUs of one
@@ -126,7 +126,7 @@ func ncclFaults() []*Fault {
 			Detectable: []Layer{LayerWorkload},
 			Mechanisms: []Mechanism{envMechanism("NCCL_ALGO set to the chosen algorithm", LayerWorkload)},
 			Signature: Signature{
-				Series:   []string{seriesJobBusBandwidth, seriesJobStepSeconds},
+				Series:   []string{seriesJobStepRate, seriesJobStepSeconds},
 				Workload: "No change on 2 GPUs (measured). At scale Ring against Tree trades bandwidth for latency, so the wrong choice slows large jobs; an unavailable algorithm (CollnetDirect without SHARP, NVLS without NVSwitch) fails NCCL init.",
 				Silent:   true,
 				// Factor 1: measured no effect on 2× H200, where every

@@ -36,7 +36,7 @@ const kernelStackNote = " Only traffic through the kernel's network stack is tou
 // mechanisms lean on tbf, clsact and cls_bpf, which both have.
 func networkFaults() []*Fault {
 	workload := func() []Layer { return []Layer{LayerWorkload} }
-	series := func() []string { return []string{seriesJobStepSeconds, seriesJobBusBandwidth} }
+	series := func() []string { return []string{seriesJobStepSeconds, seriesJobStepRate} }
 	return []*Fault{
 		{
 			ID:      "network.delay",

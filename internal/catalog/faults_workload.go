@@ -122,7 +122,7 @@ func workloadFaults() []*Fault {
 				},
 			},
 			Signature: Signature{
-				Series:   []string{"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL", seriesJobUp, seriesJobRestartsTotal, "kube_pod_container_status_restarts_total"},
+				Series:   []string{"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL", seriesJobUp, seriesJobRestartsTotal},
 				Workload: "Every rank on the node dies at once; the job restarts from its last checkpoint once the pod is back.",
 				Effects:  fixedEffects(Effect{Kind: EffectNode, Mode: "pod-kill"}),
 			},
@@ -169,7 +169,7 @@ func workloadFaults() []*Fault {
 					"reports no allocatable GPUs, so new GPU pods stay Pending; running pods keep their GPUs.",
 			}},
 			Signature: Signature{
-				Series:   []string{"kube_node_status_allocatable", "kube_pod_container_status_restarts_total"},
+				Series:   []string{"kube_node_status_allocatable"},
 				Workload: "Running jobs continue; a job restarting on the node cannot get its GPUs until the plugin is back.",
 				Effects:  fixedEffects(Effect{Kind: EffectNode, Mode: "device-plugin-kill"}),
 			},

@@ -80,7 +80,9 @@ var builtins = []*Detector{
 		Name: "dcgm-gpu-temp-high", Layer: catalog.LayerExporterMetrics, Reads: []string{gpuTemp},
 		Rule:        gpuTemp + " > 85 for 1m",
 		Description: "GPU core temperature above 85 °C, near the slowdown threshold.",
-		expr:        func(s Source) Expr { return For(Compare(Selector(s, gpuTemp, nil), ">", 85), time.Minute, EvalInterval) },
+		expr: func(s Source) Expr {
+			return For(Compare(Selector(s, gpuTemp, nil), ">", 85), time.Minute, EvalInterval)
+		},
 	},
 	{
 		Name: "dcgm-sm-clock-throttled", Layer: catalog.LayerExporterMetrics, Reads: []string{smClock, gpuUtil},
@@ -171,7 +173,9 @@ var builtins = []*Detector{
 		Name: "dcgm-gpu-idle", Layer: catalog.LayerExporterMetrics, Reads: []string{gpuUtil},
 		Rule:        gpuUtil + " < 10 for 5m",
 		Description: "An allocated GPU sits idle: the job on it died or stalls.",
-		expr:        func(s Source) Expr { return For(Compare(Selector(s, gpuUtil, nil), "<", 10), 5*time.Minute, EvalInterval) },
+		expr: func(s Source) Expr {
+			return For(Compare(Selector(s, gpuUtil, nil), "<", 10), 5*time.Minute, EvalInterval)
+		},
 	},
 	{
 		Name: "kmsg-xid", Layer: catalog.LayerKernelLog, Reads: []string{"kernel log: NVRM: Xid"},

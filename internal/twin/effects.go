@@ -450,3 +450,15 @@ func (t *Twin) refreshIdle() {
 		t.addPCIeLoad(g)
 	}
 }
+
+// Active returns the keys applied and not yet reverted, sorted: the twin's
+// own view of what is injected, which conformance tests compare with what
+// injectors believe.
+func (t *Twin) Active() []string {
+	keys := make([]string, 0, len(t.applied))
+	for k := range t.applied {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

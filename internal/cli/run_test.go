@@ -1,0 +1,179 @@
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestRunBadFiles covers the issue's list of bad experiment files end to
+// end: each exits 2 with one line naming the file and the field.
+func TestRunBadFiles(t *testing.T) {
+	t.Parallel()
+	dir := "../../api/v1alpha1/testdata/bad/"
+	tests := []struct {
+		file, want string
+	}{
+		{"unknown-fault.yaml", `spec.faults[0].id: unknown fault "hardware.xdi" (did you mean hardware.xid?)`},
+		{"param-out-of-range.yaml", "spec.faults[0].params.factor: 20 is above the maximum 10"},
+		{"unknown-xid.yaml", "spec.faults[1].params.code: XID code 1000 is not a known XID"},
+		{"unknown-field.yaml", "unknown field"},
+		{"malformed.yaml", "malformed YAML"},
+		{"empty-selector.yaml", "spec.selector: empty selector; name nodes, nodeSelector, gpus or jobs"},
+		{"blast-radius.yaml", "spec.blastRadius: selection touches 16 GPUs on 2 nodes, over the cap maxGPUs=4"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.file, func(t *testing.T) {
+			t.Parallel()
+			code, out, errs := runCLI(t, "", "run", dir+tt.file)
+			if code != 2 {
+				t.Errorf("exit %d, want 2 (stdout %q)", code, out)
+			}
+			if !strings.Contains(errs, tt.want) || !strings.Contains(errs, tt.file) {
+				t.Errorf("stderr %q, want it to name %s and contain %q", errs, tt.file, tt.want)
+			}
+			if strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+				t.Errorf("error is not one line: %q", errs)
+			}
+			if out != "" {
+				t.Errorf("bad input printed to stdout: %q", out)
+			}
+		})
+	}
+}
+
+func TestRunExample(t *testing.T) {
+	t.Parallel()
+	rec := filepath.Join(t.TempDir(), "run.json")
+	code, out, errs := runCLI(t, "", "run", "../../examples/thermal-throttle.yaml", "--record", rec)
+	if code != 0 {
+		t.Fatalf("exit %d: %s%s", code, out, errs)
+	}
+	if !strings.Contains(out, "dcgm-gpu-temp-high  PASS") {
+		t.Errorf("no passing verdict in:\n%s", out)
+	}
+	b, err := os.ReadFile(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Verdicts []struct {
+			Verdict    string   `json:"verdict"`
+			TTDSeconds *float64 `json:"ttd_seconds"`
+		} `json:"verdicts"`
+		Timeline []struct{ Kind string } `json:"timeline"`
+		Plan     struct{ Injections []any } `json:"plan"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Verdicts) != 1 || r.Verdicts[0].Verdict != "pass" || r.Verdicts[0].TTDSeconds == nil || len(r.Plan.Injections) != 1 {
+		t.Errorf("record: %s", b)
+	}
+}
+
+// TestRunMissedExitsOne: a run whose expectation is missed is a failed run,
+// not bad input.
+func TestRunMissedExitsOne(t *testing.T) {
+	t.Parallel()
+	code, out, errs := runCLI(t, "", "run", "../../examples/nccl-p2p-off.yaml")
+	if code != 1 || !strings.Contains(out, "MISSED") || !strings.Contains(errs, "not every expectation passed") {
+		t.Errorf("exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+}
+
+func TestRunDryRun(t *testing.T) {
+	t.Parallel()
+	code, out, errs := runCLI(t, "", "run", "../../examples/vram-fill-percent.yaml", "--dry-run")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if !strings.Contains(out, "Nothing was injected") || strings.Count(out, "exhaustion.vram") != 2 {
+		t.Errorf("dry run should list the two GPUs of 25%% of a node:\n%s", out)
+	}
+	code, out, _ = runCLI(t, "", "run", "../../examples/vram-fill-percent.yaml", "--dry-run", "--format", "json")
+	var plan struct {
+		Injections []struct {
+			Fault  string `json:"fault"`
+			Target struct {
+				UUID string `json:"uuid"`
+			} `json:"target"`
+		} `json:"injections"`
+	}
+	if err := json.Unmarshal([]byte(out), &plan); code != 0 || err != nil || len(plan.Injections) != 2 || plan.Injections[0].Target.UUID == "" {
+		t.Errorf("json dry run: exit %d, err %v, %s", code, err, out)
+	}
+}
+
+func TestRunTargetNotAvailable(t *testing.T) {
+	t.Parallel()
+	code, _, errs := runCLI(t, "", "run", "../../examples/thermal-throttle.yaml", "--target", "local")
+	if code != 2 || !strings.Contains(errs, "--target: local is not available") {
+		t.Errorf("exit %d, stderr %q", code, errs)
+	}
+}
+
+func TestDemoJSON(t *testing.T) {
+	t.Parallel()
+	html := filepath.Join(t.TempDir(), "demo.html")
+	code, out, errs := runCLI(t, "", "demo", "--format", "json", "--html", html)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var doc struct {
+		Faults []struct {
+			ID     string `json:"id"`
+			Family string `json:"family"`
+		} `json:"faults"`
+		Detectors []struct {
+			Name string `json:"name"`
+		} `json:"detectors"`
+		Matrix []struct {
+			Fault      string   `json:"fault"`
+			Detector   string   `json:"detector"`
+			Detected   *bool    `json:"detected"`
+			TTDSeconds *float64 `json:"ttd_seconds"`
+		} `json:"matrix"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatal(err)
+	}
+	families := map[string]bool{}
+	for _, f := range doc.Faults {
+		families[f.Family] = true
+	}
+	for _, f := range []string{"hardware", "exhaustion", "nccl", "network", "ebpf", "checkpoint", "numa", "workload"} {
+		if !families[f] {
+			t.Errorf("no fault of family %s", f)
+		}
+	}
+	if len(doc.Faults) < 30 || len(doc.Detectors) == 0 || len(doc.Matrix) != len(doc.Faults)*len(doc.Detectors) {
+		t.Errorf("%d faults, %d detectors, %d cells", len(doc.Faults), len(doc.Detectors), len(doc.Matrix))
+	}
+	for _, c := range doc.Matrix {
+		if c.Fault == "" || c.Detector == "" || c.Detected == nil || *c.Detected != (c.TTDSeconds != nil) {
+			t.Fatalf("bad cell %+v", c)
+		}
+	}
+	if b, err := os.ReadFile(html); err != nil || !strings.Contains(string(b), "<table>") {
+		t.Errorf("heatmap not written: %v", err)
+	}
+}
+
+func TestDemoTable(t *testing.T) {
+	t.Parallel()
+	code, out, errs := runCLI(t, "", "demo", "--faults", "numa,hardware.xid", "--html", "")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, want := range []string{"numa.remote-memory", "MISSED by all", "hardware.xid", "kmsg-xid", "Detected within the deadline: 1 of 5 faults", "Goodput:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if code, _, errs := runCLI(t, "", "demo", "--faults", "bogus"); code != 2 || !strings.Contains(errs, `"bogus" is neither a fault id nor a family`) {
+		t.Errorf("bad --faults: exit %d, %q", code, errs)
+	}
+}
