@@ -63,7 +63,7 @@ func TestRunExample(t *testing.T) {
 			Verdict    string   `json:"verdict"`
 			TTDSeconds *float64 `json:"ttd_seconds"`
 		} `json:"verdicts"`
-		Timeline []struct{ Kind string } `json:"timeline"`
+		Timeline []struct{ Kind string }    `json:"timeline"`
 		Plan     struct{ Injections []any } `json:"plan"`
 	}
 	if err := json.Unmarshal(b, &r); err != nil {
