@@ -198,12 +198,12 @@ var builtins = []*Detector{
 		},
 	},
 	{
-		Name: "job-slowdown", Layer: catalog.LayerWorkload, Reads: []string{stepsRate},
-		Rule:        stepsRate + " < 0.9 * (its median 30m..10m ago) and > 0, for 5m",
-		Description: "The job steps at least 10 % slower than it did: the silent kind of fault.",
+		Name: "job-slowdown", Layer: catalog.LayerWorkload, Reads: []string{stepsRate, jobUp},
+		Rule:        "avg_over_time(" + stepsRate + "[5m]) < 0.9 * (its median 30m..10m ago) and " + jobUp + " == 1, for 2m",
+		Description: "The running job steps at least 10 % slower than it did over five minutes: the silent kind of fault.",
 		expr: func(s Source) Expr {
-			rate := Compare(Selector(s, stepsRate, nil), ">", 0)
-			return For(CompareRatio(rate, "<", 0.9, Baseline(s, stepsRate, nil, 30*time.Minute, 10*time.Minute)), 5*time.Minute, EvalInterval)
+			slow := CompareRatio(AvgOverTime(s, stepsRate, nil, 5*time.Minute), "<", 0.9, Baseline(s, stepsRate, nil, 30*time.Minute, 10*time.Minute))
+			return For(And(slow, Compare(Selector(s, jobUp, nil), "==", 1), "job"), 2*time.Minute, EvalInterval)
 		},
 	},
 	{

@@ -191,7 +191,7 @@ func MaxOverMedianBy(e Expr, by ...string) Expr {
 	return func(t time.Time) Vector {
 		groups := map[string][]Point{}
 		for _, p := range e(t) {
-			k := key(p.Labels, by)
+			k := groupKey(p.Labels, by)
 			groups[k] = append(groups[k], p)
 		}
 		var out Vector
@@ -222,7 +222,7 @@ func MaxSeenCountBy(src Source, metric string, by ...string) Expr {
 			if len(s.Samples) == 0 || s.Samples[0].T > ms {
 				continue
 			}
-			k := key(s.Labels, by)
+			k := groupKey(s.Labels, by)
 			p := counts[k]
 			if p == nil {
 				p = &Point{Labels: keep(s.Labels, by)}
@@ -249,12 +249,18 @@ func For(e Expr, d, step time.Duration) Expr {
 	return func(t time.Time) Vector {
 		last := t.Truncate(step)
 		cur := index(e(last), nil)
-		for at := last.Add(-step); !at.Before(last.Add(-d)) && len(cur) > 0; at = at.Add(-step) {
+		// Walk back to the newest step at least d before last: Prometheus
+		// fires at the first evaluation d or more after the alert became
+		// active, so a d that is not a multiple of step rounds up.
+		for at := last.Add(-step); len(cur) > 0; at = at.Add(-step) {
 			prev := index(e(at), nil)
 			for k := range cur {
 				if _, ok := prev[k]; !ok {
 					delete(cur, k)
 				}
+			}
+			if !at.After(last.Add(-d)) {
+				break
 			}
 		}
 		out := make(Vector, 0, len(cur))
@@ -271,7 +277,7 @@ func aggregate(e Expr, by []string, f func([]float64) float64) Expr {
 		groups := map[string][]float64{}
 		labels := map[string]twin.Labels{}
 		for _, p := range e(t) {
-			k := key(p.Labels, by)
+			k := groupKey(p.Labels, by)
 			groups[k] = append(groups[k], p.V)
 			if _, ok := labels[k]; !ok {
 				labels[k] = keep(p.Labels, by)
@@ -351,6 +357,12 @@ func key(ls twin.Labels, on []string) string {
 	return keep(ls, on).String()
 }
 
+// groupKey identifies an aggregation group: unlike key, no by labels means
+// one group for everything, as PromQL's `count by () (e)` is.
+func groupKey(ls twin.Labels, by []string) string {
+	return keep(ls, by).String()
+}
+
 func keep(ls twin.Labels, names []string) twin.Labels {
 	var out twin.Labels
 	for _, l := range ls {
@@ -397,6 +409,29 @@ func Age(e Expr) Expr {
 		now := float64(t.UnixMilli()) / 1000
 		for i, p := range v {
 			out[i] = Point{p.Labels, now - p.V}
+		}
+		return out
+	}
+}
+
+// AvgOverTime is PromQL's avg_over_time(metric[window]): the mean of each
+// series' samples in (t-window, t].
+func AvgOverTime(src Source, metric string, matchers map[string]string, window time.Duration) Expr {
+	return func(t time.Time) Vector {
+		var out Vector
+		for _, s := range src.Select(metric) {
+			if !matches(s.Labels, matchers) {
+				continue
+			}
+			w := window_(s.Samples, t.Add(-window), t)
+			if len(w) == 0 {
+				continue
+			}
+			sum := 0.0
+			for _, x := range w {
+				sum += x.V
+			}
+			out = append(out, Point{s.Labels, sum / float64(len(w))})
 		}
 		return out
 	}

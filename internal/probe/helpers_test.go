@@ -1,0 +1,121 @@
+package probe_test
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/probe"
+	"github.com/gpuchaos/gpuchaos/internal/twin"
+)
+
+// fakeSource is a hand-built Source: the real path through the twin is
+// tested in the engine and coverage packages; here the inputs must be exact.
+type fakeSource struct {
+	now    time.Time
+	series []*twin.Series
+	logs   []twin.LogLine
+}
+
+func (f *fakeSource) Now() time.Time { return f.now }
+
+func (f *fakeSource) Select(metric string) []*twin.Series {
+	var out []*twin.Series
+	for _, s := range f.series {
+		if s.Metric == metric {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (f *fakeSource) Logs() []twin.LogLine { return f.logs }
+
+// t0 is aligned to every evaluation step the tests use (a whole day since
+// the zero time, which is what time.Truncate aligns to).
+var t0 = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+
+// scrape is the scrape interval of hand-built series.
+const scrape = 15 * time.Second
+
+// lbl builds labels from name, value pairs, sorted by name as the twin keeps
+// them.
+func lbl(kv ...string) twin.Labels {
+	var ls twin.Labels
+	for i := 0; i+1 < len(kv); i += 2 {
+		ls = append(ls, twin.Label{Name: kv[i], Value: kv[i+1]})
+	}
+	slices.SortFunc(ls, func(a, b twin.Label) int { return strings.Compare(a.Name, b.Name) })
+	return ls
+}
+
+func smp(t time.Time, v float64) twin.Sample { return twin.Sample{T: t.UnixMilli(), V: v} }
+
+func ser(metric string, ls twin.Labels, samples ...twin.Sample) *twin.Series {
+	return &twin.Series{Metric: metric, Labels: ls, Samples: samples}
+}
+
+// history builds a series scraped every 15s over the 40 minutes before now
+// (inclusive). v gets how long before now each sample is; a NaN means no
+// sample then (the exporter lost the series).
+func history(metric string, ls twin.Labels, now time.Time, v func(ago time.Duration) float64) *twin.Series {
+	s := ser(metric, ls)
+	for ago := 40 * time.Minute; ago >= 0; ago -= scrape {
+		x := v(ago)
+		if math.IsNaN(x) {
+			continue
+		}
+		s.Samples = append(s.Samples, smp(now.Add(-ago), x))
+	}
+	return s
+}
+
+// constant is a value that never changes.
+func constant(v float64) func(time.Duration) float64 {
+	return func(time.Duration) float64 { return v }
+}
+
+// recent is a value that changed from before to during d ago and stayed.
+func recent(d time.Duration, during, before float64) func(time.Duration) float64 {
+	return func(ago time.Duration) float64 {
+		if ago <= d {
+			return during
+		}
+		return before
+	}
+}
+
+// goneFor is a series that stopped being scraped d ago.
+func goneFor(d time.Duration, v float64) func(time.Duration) float64 {
+	return func(ago time.Duration) float64 {
+		if ago < d {
+			return math.NaN()
+		}
+		return v
+	}
+}
+
+// counter grows by per each scrape.
+func counter(per float64) func(time.Duration) float64 {
+	return func(ago time.Duration) float64 { return float64((40*time.Minute-ago)/scrape) * per }
+}
+
+// fixed is an expression with the same vector at every time.
+func fixed(ps ...probe.Point) probe.Expr {
+	return func(time.Time) probe.Vector { return slices.Clone(probe.Vector(ps)) }
+}
+
+func pt(v float64, kv ...string) probe.Point { return probe.Point{Labels: lbl(kv...), V: v} }
+
+// render turns a vector into sorted "labels=value" strings, so tables can
+// state results in one readable line each.
+func render(v probe.Vector) []string {
+	out := make([]string, 0, len(v))
+	for _, p := range v {
+		out = append(out, fmt.Sprintf("%s=%g", p.Labels, p.V))
+	}
+	slices.Sort(out)
+	return out
+}
