@@ -137,6 +137,35 @@ func TestIncrease(t *testing.T) {
 	}
 }
 
+func TestAvgOverTime(t *testing.T) {
+	t.Parallel()
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	src := &fakeSource{series: []*twin.Series{
+		ser("m", lbl("job", "a"), smp(at(0), 100), smp(at(15*time.Second), 1), smp(at(30*time.Second), 2), smp(at(45*time.Second), 6)),
+		ser("m", lbl("job", "b"), smp(at(-time.Hour), 5)),
+	}}
+	tests := []struct {
+		name     string
+		matchers map[string]string
+		window   time.Duration
+		at       time.Time
+		want     []string
+	}{
+		// (t-window, t]: the sample at t0 is on the open edge.
+		{"mean over a left-open window", nil, 45 * time.Second, at(45 * time.Second), []string{`{job="a"}=3`}},
+		{"samples after t are ignored", nil, 30 * time.Second, at(30 * time.Second), []string{`{job="a"}=1.5`}},
+		{"one sample is its own mean", nil, 10 * time.Second, at(45 * time.Second), []string{`{job="a"}=6`}},
+		{"empty window gives no point", nil, time.Minute, at(10 * time.Minute), nil},
+		{"matchers restrict the series", map[string]string{"job": "b"}, 2 * time.Hour, at(0), []string{`{job="b"}=5`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			check(t, probe.AvgOverTime(src, "m", tt.matchers, tt.window), tt.at, tt.want)
+		})
+	}
+}
+
 func TestBaseline(t *testing.T) {
 	t.Parallel()
 	ls := lbl("gpu", "0")

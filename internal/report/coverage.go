@@ -163,8 +163,8 @@ func detectedBy(fr *coverage.FaultResult) string {
 		}
 		parts = append(parts, s)
 	}
-	if len(parts) > 4 {
-		parts = append(parts[:4], fmt.Sprintf("+%d more", len(parts)-4))
+	if len(parts) > 3 {
+		parts = append(parts[:3], fmt.Sprintf("+%d more", len(parts)-3))
 	}
 	return strings.Join(parts, ", ")
 }
