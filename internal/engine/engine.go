@@ -111,6 +111,10 @@ type Plan struct {
 	Injections []Injection `json:"injections"`
 	Nodes      []string    `json:"nodes"`
 	GPUs       int         `json:"gpus"`
+
+	// inv is the inventory the plan was made from; observations are
+	// matched against it.
+	inv target.Inventory
 }
 
 // Event is one entry of a run's timeline.
@@ -176,7 +180,7 @@ func (e *Engine) Plan(ctx context.Context, exp *v1alpha1.Experiment) (*Plan, err
 	if err != nil {
 		return nil, fmt.Errorf("read inventory of %s: %w", e.opts.Target.Name(), err)
 	}
-	plan := &Plan{Experiment: exp.Metadata.Name, Target: e.opts.Target.Name()}
+	plan := &Plan{Experiment: exp.Metadata.Name, Target: e.opts.Target.Name(), inv: inv}
 	var all []target.Ref
 	for i, fs := range exp.Spec.Faults {
 		path := fmt.Sprintf("spec.faults[%d]", i)
@@ -581,10 +585,9 @@ func (e *Engine) concerns(obs probe.Observation, plan *Plan) bool {
 	if len(obs.Subjects) == 0 {
 		return true
 	}
-	inv, _ := e.opts.Target.Inventory(context.Background())
 	for _, s := range obs.Subjects {
 		for _, in := range plan.Injections {
-			if subjectMatches(s, in.Ref, inv) {
+			if subjectMatches(s, in.Ref, plan.inv) {
 				return true
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -94,40 +95,53 @@ type op struct {
 }
 
 // Open opens or creates the journal at path and replays it. A torn last line
-// (a crash mid-append) is ignored.
+// (a crash mid-append) is ignored and cut off, so that the next append
+// starts a line of its own.
 func Open(path string) (*File, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
 	l := &File{path: path}
-	if err := l.replay(); err != nil {
+	whole, err := l.replay()
+	if err != nil {
 		return nil, err
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open ledger: %w", err)
 	}
+	// The torn line's Record never returned, so nobody acted on it;
+	// appending after it would glue the next line to it and make the
+	// journal unreadable.
+	if err := f.Truncate(whole); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open ledger: cut torn line: %w", err)
+	}
 	l.f = f
 	return l, nil
 }
 
-func (l *File) replay() error {
+// replay reads the journal into memory and returns the length of its
+// complete lines.
+func (l *File) replay() (int64, error) {
 	f, err := os.Open(l.path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return 0, nil
 	}
 	if err != nil {
-		return fmt.Errorf("open ledger: %w", err)
+		return 0, fmt.Errorf("open ledger: %w", err)
 	}
 	defer f.Close()
 	r := bufio.NewReader(f)
+	var whole int64
 	for n := 1; ; n++ {
 		line, err := r.ReadBytes('\n')
 		if len(line) > 0 && line[len(line)-1] == '\n' {
 			var o op
 			if jerr := json.Unmarshal(line, &o); jerr != nil {
-				return fmt.Errorf("ledger %s: line %d: %w", l.path, n, jerr)
+				return 0, fmt.Errorf("ledger %s: line %d: %w", l.path, n, jerr)
 			}
+			whole += int64(len(line))
 			switch {
 			case o.Op == "record" && o.Entry != nil:
 				_ = l.mem.Record(context.Background(), *o.Entry)
@@ -135,8 +149,11 @@ func (l *File) replay() error {
 				_ = l.mem.Done(context.Background(), o.Key)
 			}
 		}
+		if errors.Is(err, io.EOF) {
+			return whole, nil // possibly after a torn line
+		}
 		if err != nil {
-			return nil // EOF, possibly after a torn line
+			return 0, fmt.Errorf("read ledger %s: line %d: %w", l.path, n, err)
 		}
 	}
 }

@@ -32,8 +32,10 @@ func (p *xidLogProbe) Observe(ctx context.Context) (Observation, error) {
 		if l.Time.After(now) {
 			continue
 		}
+		// ParseLine also reads NVSwitch SXids; they carry a switch's
+		// address, not a GPU's, and are not what this watcher matches.
 		ev, ok := xid.ParseLine(l.Text)
-		if !ok {
+		if !ok || ev.Kind != xid.KindXID {
 			continue
 		}
 		if !obs.Holds {

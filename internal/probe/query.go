@@ -27,6 +27,9 @@ const LookbackDelta = 5 * time.Minute
 type Point struct {
 	Labels twin.Labels
 	V      float64
+	// key caches Labels.String() when the point came straight from a
+	// series; empty means compute it.
+	key string
 }
 
 // Vector is an instant vector: at most one point per label set.
@@ -48,7 +51,7 @@ func Selector(src Source, metric string, matchers map[string]string) Expr {
 				continue
 			}
 			if smp, ok := at(s.Samples, t, LookbackDelta); ok {
-				out = append(out, Point{s.Labels, smp.V})
+				out = append(out, Point{s.Labels, smp.V, s.LabelKey()})
 			}
 		}
 		return out
@@ -76,7 +79,7 @@ func Increase(src Source, metric string, matchers map[string]string, window time
 				}
 				inc += d
 			}
-			out = append(out, Point{s.Labels, inc})
+			out = append(out, Point{s.Labels, inc, s.LabelKey()})
 		}
 		return out
 	}
@@ -100,7 +103,7 @@ func Baseline(src Source, metric string, matchers map[string]string, from, to ti
 			for i, x := range w {
 				vs[i] = x.V
 			}
-			out = append(out, Point{s.Labels, median(vs)})
+			out = append(out, Point{s.Labels, median(vs), s.LabelKey()})
 		}
 		return out
 	}
@@ -127,7 +130,7 @@ func CompareRatio(a Expr, op string, ratio float64, b Expr) Expr {
 		base := index(b(t), nil)
 		var out Vector
 		for _, p := range a(t) {
-			if q, ok := base[key(p.Labels, nil)]; ok && compare(p.V, op, ratio*q.V) {
+			if q, ok := base[p.keyOn(nil)]; ok && compare(p.V, op, ratio*q.V) {
 				out = append(out, p)
 			}
 		}
@@ -142,7 +145,7 @@ func And(a, b Expr, on ...string) Expr {
 		keep := index(b(t), on)
 		var out Vector
 		for _, p := range a(t) {
-			if _, ok := keep[key(p.Labels, on)]; ok {
+			if _, ok := keep[p.keyOn(on)]; ok {
 				out = append(out, p)
 			}
 		}
@@ -156,8 +159,8 @@ func Divide(a, b Expr) Expr {
 		den := index(b(t), nil)
 		var out Vector
 		for _, p := range a(t) {
-			if q, ok := den[key(p.Labels, nil)]; ok && q.V != 0 {
-				out = append(out, Point{p.Labels, p.V / q.V})
+			if q, ok := den[p.keyOn(nil)]; ok && q.V != 0 {
+				out = append(out, Point{p.Labels, p.V / q.V, p.key})
 			}
 		}
 		return out
@@ -170,8 +173,8 @@ func Sum(a, b Expr) Expr {
 		other := index(b(t), nil)
 		var out Vector
 		for _, p := range a(t) {
-			if q, ok := other[key(p.Labels, nil)]; ok {
-				out = append(out, Point{p.Labels, p.V + q.V})
+			if q, ok := other[p.keyOn(nil)]; ok {
+				out = append(out, Point{p.Labels, p.V + q.V, p.key})
 			}
 		}
 		return out
@@ -205,7 +208,7 @@ func MaxOverMedianBy(e Expr, by ...string) Expr {
 				continue
 			}
 			worst := slices.MaxFunc(ps, func(a, b Point) int { return cmp.Compare(a.V, b.V) })
-			out = append(out, Point{worst.Labels, worst.V / m})
+			out = append(out, Point{worst.Labels, worst.V / m, worst.key})
 		}
 		sortVector(out)
 		return out
@@ -285,7 +288,7 @@ func aggregate(e Expr, by []string, f func([]float64) float64) Expr {
 		}
 		out := make(Vector, 0, len(groups))
 		for k, vs := range groups {
-			out = append(out, Point{labels[k], f(vs)})
+			out = append(out, Point{Labels: labels[k], V: f(vs)})
 		}
 		sortVector(out)
 		return out
@@ -376,13 +379,21 @@ func keep(ls twin.Labels, names []string) twin.Labels {
 func index(v Vector, on []string) map[string]Point {
 	m := make(map[string]Point, len(v))
 	for _, p := range v {
-		m[key(p.Labels, on)] = p
+		m[p.keyOn(on)] = p
 	}
 	return m
 }
 
+// keyOn is key(p.Labels, on), from the cache when it can be.
+func (p Point) keyOn(on []string) string {
+	if len(on) == 0 && p.key != "" {
+		return p.key
+	}
+	return key(p.Labels, on)
+}
+
 func sortVector(v Vector) {
-	slices.SortFunc(v, func(a, b Point) int { return cmp.Compare(a.Labels.String(), b.Labels.String()) })
+	slices.SortFunc(v, func(a, b Point) int { return cmp.Compare(a.keyOn(nil), b.keyOn(nil)) })
 }
 
 // Or is the union of a and b; where both have a label set, a's point wins.
@@ -391,7 +402,7 @@ func Or(a, b Expr) Expr {
 		out := a(t)
 		seen := index(out, nil)
 		for _, p := range b(t) {
-			if _, ok := seen[key(p.Labels, nil)]; !ok {
+			if _, ok := seen[p.keyOn(nil)]; !ok {
 				out = append(out, p)
 			}
 		}
@@ -408,7 +419,7 @@ func Age(e Expr) Expr {
 		out := make(Vector, len(v))
 		now := float64(t.UnixMilli()) / 1000
 		for i, p := range v {
-			out[i] = Point{p.Labels, now - p.V}
+			out[i] = Point{p.Labels, now - p.V, p.key}
 		}
 		return out
 	}
@@ -431,7 +442,7 @@ func AvgOverTime(src Source, metric string, matchers map[string]string, window t
 			for _, x := range w {
 				sum += x.V
 			}
-			out = append(out, Point{s.Labels, sum / float64(len(w))})
+			out = append(out, Point{s.Labels, sum / float64(len(w)), s.LabelKey()})
 		}
 		return out
 	}

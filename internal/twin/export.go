@@ -166,7 +166,7 @@ func (s *seriesStore) add(metric string, ls Labels) *Series {
 	if se, ok := s.byKey[key]; ok {
 		return se
 	}
-	se := &Series{Metric: metric, Labels: ls}
+	se := &Series{Metric: metric, Labels: ls, labelKey: ls.String()}
 	s.byKey[key] = se
 	s.byMetric[metric] = append(s.byMetric[metric], se)
 	s.all = append(s.all, se)

@@ -58,6 +58,17 @@ type Series struct {
 	Metric  string
 	Labels  Labels
 	Samples []Sample
+
+	// labelKey caches Labels.String(): probes key every evaluation by it.
+	labelKey string
+}
+
+// LabelKey returns Labels.String(), computed once for series the twin made.
+func (s *Series) LabelKey() string {
+	if s.labelKey == "" {
+		return s.Labels.String()
+	}
+	return s.labelKey
 }
 
 // LogLine is one kernel log record of a node, as dmesg would show it.
