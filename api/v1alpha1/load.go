@@ -15,6 +15,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	names "github.com/gpuchaos/gpuchaos/internal/suggest"
 )
 
 // maxYAMLNodes bounds the nodes Load visits with aliases expanded, so that a
@@ -592,34 +594,6 @@ func suggest(name string, known []string) string {
 // close enough to be a likely typo: a case difference, or at most a third
 // of the name's letters (minimum two) changed.
 func closest(s string, candidates []string) (string, bool) {
-	best, bestD := "", math.MaxInt
-	for _, c := range candidates {
-		d := editDistance(strings.ToLower(s), strings.ToLower(c))
-		if d < bestD {
-			best, bestD = c, d
-		}
-	}
-	limit := max(2, len(s)/3)
-	return best, best != "" && bestD <= limit
-}
-
-// editDistance is the Levenshtein distance between a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
+	best, d := names.Closest(s, candidates)
+	return best, best != "" && d <= max(2, len(s)/3)
 }

@@ -3,11 +3,11 @@ package catalog
 import (
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/suggest"
 )
 
 // CheckSpec validates one fault of an experiment against the catalogue. It
@@ -130,46 +130,22 @@ func unknownFault(all []*Fault, id string) string {
 }
 
 func closestID(all []*Fault, id string) string {
-	best, bestD := "", math.MaxInt
-	var byName []string
+	var byName, ids []string
 	_, want, hasDot := strings.Cut(id, ".")
 	if !hasDot {
 		want = id
 	}
 	for _, f := range all {
-		if d := distance(strings.ToLower(id), strings.ToLower(f.ID)); d < bestD {
-			best, bestD = f.ID, d
-		}
+		ids = append(ids, f.ID)
 		if _, name, _ := strings.Cut(f.ID, "."); name == want {
 			byName = append(byName, f.ID)
 		}
 	}
-	if best != "" && bestD <= max(2, len(id)/4) {
+	if best, d := suggest.Closest(id, ids); best != "" && d <= max(2, len(id)/4) {
 		return best
 	}
 	if len(byName) == 1 {
 		return byName[0]
 	}
 	return ""
-}
-
-// distance is the Levenshtein distance between a and b, in bytes.
-func distance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -247,7 +247,7 @@ func runFault(ctx context.Context, opts Options, f *catalog.Fault) (*FaultResult
 		}
 	}
 	after, _ := tw.Job(job)
-	fr := &FaultResult{Fault: f, ID: f.ID, Record: rec, Job: impact(before, after, len(tw.Inventory().Jobs[0].Ranks)), Cells: map[string]Cell{}}
+	fr := &FaultResult{Fault: f, ID: f.ID, Record: rec, Job: impact(before, after, len(tw.Inventory().Jobs[0].Ranks)), By: []string{}, Cells: map[string]Cell{}}
 	if len(rec.Plan.Injections) > 0 {
 		fr.Target = rec.Plan.Injections[0].Ref
 	}

@@ -33,7 +33,7 @@ type Detector struct {
 // Probe returns the detector as a probe over src.
 func (d *Detector) Probe(src Source) Probe {
 	if d.log {
-		return &xidLogProbe{name: d.Name, src: src, window: xidWindow}
+		return &logProbe{name: d.Name, src: src, window: xidWindow, match: xidLine}
 	}
 	return &exprProbe{name: d.Name, src: src, expr: d.expr(src)}
 }

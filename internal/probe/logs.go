@@ -2,57 +2,21 @@ package probe
 
 import (
 	"context"
-	"fmt"
 	"regexp"
 	"time"
 
+	"github.com/gpuchaos/gpuchaos/internal/twin"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 )
 
-// xidLogProbe holds while an XID line was logged within the window. Its
-// subjects carry the node and the line's PCI address, which the engine maps
-// to the GPU.
-type xidLogProbe struct {
-	name   string
-	src    Source
-	window time.Duration
-}
-
-func (p *xidLogProbe) Name() string { return p.name }
-
-func (p *xidLogProbe) Observe(ctx context.Context) (Observation, error) {
-	if err := ctx.Err(); err != nil {
-		return Observation{}, err
-	}
-	now := p.src.Now()
-	var obs Observation
-	logs := p.src.Logs()
-	for i := len(logs) - 1; i >= 0 && logs[i].Time.After(now.Add(-p.window)); i-- {
-		l := logs[i]
-		if l.Time.After(now) {
-			continue
-		}
-		// ParseLine also reads NVSwitch SXids; they carry a switch's
-		// address, not a GPU's, and are not what this watcher matches.
-		ev, ok := xid.ParseLine(l.Text)
-		if !ok || ev.Kind != xid.KindXID {
-			continue
-		}
-		if !obs.Holds {
-			obs = Observation{Holds: true, Value: float64(ev.Code), Detail: l.Node + ": " + l.Text}
-		}
-		obs.Subjects = append(obs.Subjects, Subject{Node: l.Node, PCI: ev.PCI})
-	}
-	return obs, nil
-}
-
-// logProbe holds while a line matching its pattern was logged within the
-// window.
+// logProbe holds while a matching kernel log line was written within the
+// window before now, as a log watcher's alert would stay up.
 type logProbe struct {
 	name   string
 	src    Source
-	re     *regexp.Regexp
 	window time.Duration
+	// match reports whether a line counts, and what it is about.
+	match func(twin.LogLine) (Subject, float64, bool)
 }
 
 func (p *logProbe) Name() string { return p.name }
@@ -66,13 +30,35 @@ func (p *logProbe) Observe(ctx context.Context) (Observation, error) {
 	logs := p.src.Logs()
 	for i := len(logs) - 1; i >= 0 && logs[i].Time.After(now.Add(-p.window)); i-- {
 		l := logs[i]
-		if l.Time.After(now) || !p.re.MatchString(l.Text) {
+		if l.Time.After(now) {
+			continue
+		}
+		sub, v, ok := p.match(l)
+		if !ok {
 			continue
 		}
 		if !obs.Holds {
-			obs = Observation{Holds: true, Detail: fmt.Sprintf("%s: %s", l.Node, l.Text)}
+			obs = Observation{Holds: true, Value: v, Detail: l.Node + ": " + l.Text}
 		}
-		obs.Subjects = append(obs.Subjects, Subject{Node: l.Node})
+		obs.Subjects = append(obs.Subjects, sub)
 	}
 	return obs, nil
+}
+
+// xidLine matches NVRM Xid lines; the subject carries the node and the
+// line's PCI address, which the engine maps to the GPU. NVSwitch SXid lines
+// name a switch, not a GPU, and do not count.
+func xidLine(l twin.LogLine) (Subject, float64, bool) {
+	ev, ok := xid.ParseLine(l.Text)
+	if !ok || ev.Kind != xid.KindXID {
+		return Subject{}, 0, false
+	}
+	return Subject{Node: l.Node, PCI: ev.PCI}, float64(ev.Code), true
+}
+
+// regexpLine matches lines by a pattern; the subject is the node.
+func regexpLine(re *regexp.Regexp) func(twin.LogLine) (Subject, float64, bool) {
+	return func(l twin.LogLine) (Subject, float64, bool) {
+		return Subject{Node: l.Node}, 0, re.MatchString(l.Text)
+	}
 }

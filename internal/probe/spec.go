@@ -3,6 +3,7 @@ package probe
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
@@ -27,6 +28,8 @@ func FromSpec(name string, spec v1alpha1.ProbeSpec, src Source) (Probe, error) {
 		var e Expr
 		if th.Absent {
 			e = absent(src, th.Metric, th.Labels, th.For.Duration)
+		} else if !slices.Contains([]string{">", "<", ">=", "<=", "==", "!="}, th.Op) {
+			return nil, fmt.Errorf("probe %q: comparison %q is not one of > < >= <= == !=", name, th.Op)
 		} else {
 			e = For(Compare(Selector(src, th.Metric, th.Labels), th.Op, th.Value), th.For.Duration, EvalInterval)
 		}
@@ -36,13 +39,14 @@ func FromSpec(name string, spec v1alpha1.ProbeSpec, src Source) (Probe, error) {
 		if err != nil {
 			return nil, fmt.Errorf("log pattern: %w", err)
 		}
-		return &logProbe{name: name, src: src, re: re, window: xidWindow}, nil
+		return &logProbe{name: name, src: src, window: xidWindow, match: regexpLine(re)}, nil
 	}
 	return nil, fmt.Errorf("probe %q defines nothing: set detector, threshold or log", name)
 }
 
 // absent holds, with an empty label set, when no matching series has a
-// sample in the last d (at least one lookback), as absent_over_time does.
+// sample in the last d (the 5m lookback when d is under a second), as
+// absent_over_time does.
 func absent(src Source, metric string, m map[string]string, d time.Duration) Expr {
 	if d < time.Second {
 		d = LookbackDelta

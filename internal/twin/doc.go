@@ -12,6 +12,37 @@
 // checkpoints, restarts, watchdogs, scrapes). Apply plays catalogue effects
 // on a target and Revert undoes them, both idempotent.
 //
+// # The model
+//
+// GPUs: temperature follows a first-order curve towards ambient + power ×
+// thermal resistance (time constant 90 s by default), integrated exactly per
+// physics step (1 s). Above the model's slowdown temperature the SM clock is
+// cut to the power that holds the GPU there; a power cap cuts the clock until
+// the draw fits. Power follows activity and clock. A rank's compute time is
+// its median time × the GPU's variability factor (lognormal, or sampled from
+// the PAL per-GPU slowdowns in data/) × any silent slowdown ÷ the clock
+// ratio.
+//
+// Jobs: synchronous data parallel. A step takes the slowest rank's compute
+// plus a ring all-reduce of the gradient, 2(n−1)/n × bytes over the
+// bottleneck bus bandwidth: NVLink inside a node, the per-GPU share of the
+// node's network across nodes, times the collective efficiency (0.67, the
+// ratio of measured bus bandwidth to link rate in DESIGN.md §5) and any
+// fault factor. Checkpoints every interval, sync (the job stalls for size ÷
+// storage bandwidth) or async (a short stall); a crash costs the restart
+// time and every step since the newest valid checkpoint; a hang lasts until
+// the NCCL watchdog (10 minutes) kills the job. Goodput is kept steps × the
+// healthy step time ÷ wall time, so rolled-back work and slow steps both
+// count against it.
+//
+// Faults: the catalogue's effects (internal/catalog/effect.go) change the
+// model's inputs — a thermal resistance, a power cap, a link's state, a
+// rank's slowdown, a collective's bandwidth factor — and the consequences
+// follow from the model: a cooling fault throttles only after the curve
+// crosses the slowdown temperature, XID 79 removes the GPU from every
+// series and crashes the job, NUMA misplacement moves no GPU metric but
+// slows every step.
+//
 // Everything is single-threaded and driven by the caller: the twin starts no
 // goroutine, and the same spec and seed give the same series and logs byte
 // for byte. A Twin is not safe for concurrent use.

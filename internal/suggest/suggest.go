@@ -1,0 +1,42 @@
+// Package suggest finds the name a user most likely meant, for "did you
+// mean …?" in error messages about unknown fields, faults and detectors.
+package suggest
+
+import (
+	"math"
+	"strings"
+)
+
+// Closest returns the candidate nearest to s by case-insensitive edit
+// distance, and that distance; "" and math.MaxInt when there is none.
+func Closest(s string, candidates []string) (string, int) {
+	best, bestD := "", math.MaxInt
+	ls := strings.ToLower(s)
+	for _, c := range candidates {
+		if d := Distance(ls, strings.ToLower(c)); d < bestD {
+			best, bestD = c, d
+		}
+	}
+	return best, bestD
+}
+
+// Distance is the Levenshtein distance between a and b, in bytes.
+func Distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
