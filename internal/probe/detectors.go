@@ -101,7 +101,7 @@ var builtins = []*Detector{
 	{
 		Name: "dcgm-gpu-missing", Layer: catalog.LayerExporterMetrics, Reads: []string{gpuTemp},
 		Rule:        "count by (Hostname) (" + gpuTemp + ") < the number of GPUs the node had, for 1m",
-		Description: "A node reports fewer GPUs than it had: a GPU fell off the bus or its exporter lost it. Slow by design: a vanished series stays visible for the 5m lookback.",
+		Description: "A node reports fewer GPUs than it had: a GPU fell off the bus or its exporter lost it.",
 		expr: func(s Source) Expr {
 			return For(CompareRatio(CountBy(Selector(s, gpuTemp, nil), "Hostname"), "<", 1, MaxSeenCountBy(s, gpuTemp, "Hostname")), time.Minute, EvalInterval)
 		},

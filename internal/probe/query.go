@@ -322,21 +322,36 @@ func matches(ls twin.Labels, m map[string]string) bool {
 	return true
 }
 
-// at returns the newest sample at or before t and after t-lookback.
+// at returns the newest sample at or before t and after t-lookback; a
+// staleness marker there means the series is gone.
 func at(s []twin.Sample, t time.Time, lookback time.Duration) (twin.Sample, bool) {
 	ms := t.UnixMilli()
 	i := sort.Search(len(s), func(i int) bool { return s[i].T > ms })
-	if i == 0 || s[i-1].T <= ms-lookback.Milliseconds() {
+	if i == 0 || s[i-1].T <= ms-lookback.Milliseconds() || twin.IsStale(s[i-1].V) {
 		return twin.Sample{}, false
 	}
 	return s[i-1], true
 }
 
-// window_ returns the samples with from < T <= to.
+// window_ returns the samples with from < T <= to, without staleness
+// markers (range functions ignore them, as PromQL's do).
 func window_(s []twin.Sample, from, to time.Time) []twin.Sample {
 	lo := sort.Search(len(s), func(i int) bool { return s[i].T > from.UnixMilli() })
 	hi := sort.Search(len(s), func(i int) bool { return s[i].T > to.UnixMilli() })
-	return s[lo:hi]
+	w := s[lo:hi]
+	for i, x := range w {
+		if twin.IsStale(x.V) {
+			// Rare: copy only when a marker is present.
+			out := slices.Clone(w[:i])
+			for _, y := range w[i:] {
+				if !twin.IsStale(y.V) {
+					out = append(out, y)
+				}
+			}
+			return out
+		}
+	}
+	return w
 }
 
 func median(vs []float64) float64 {

@@ -177,12 +177,25 @@ func (se *Series) append(ts int64, v float64) {
 	se.Samples = append(se.Samples, Sample{T: ts, V: v})
 }
 
+// markStale writes a staleness marker unless the series is already stale
+// or has never been scraped.
+func (se *Series) markStale(ts int64) {
+	if n := len(se.Samples); n > 0 && !IsStale(se.Samples[n-1].V) {
+		se.append(ts, StaleNaN)
+	}
+}
+
 // doScrape samples every series at the current time.
 func (t *Twin) doScrape() {
 	ts := t.Now().UnixMilli()
 	for _, g := range t.gpus {
 		if g.mods.offBus {
-			continue // a GPU off the bus is gone from NVML and DCGM
+			// A GPU off the bus is gone from NVML and DCGM: dcgm-exporter
+			// stops exposing its series and the scraper marks them stale.
+			for i := range t.store.gpuMetrics {
+				g.series[i].markStale(ts)
+			}
+			continue
 		}
 		for i, m := range t.store.gpuMetrics {
 			g.series[i].append(ts, m.value(g))
@@ -220,10 +233,12 @@ func (t *Twin) doScrape() {
 		js.ckptFail.append(ts, float64(j.ckptFailures))
 		js.resumed.append(ts, float64(j.resumedFrom))
 		js.goodput.append(ts, st.Goodput)
-		if j.processAlive() {
-			// A rank that is down writes no timing lines.
-			for r, se := range js.rankStep {
+		for r, se := range js.rankStep {
+			if j.processAlive() {
 				se.append(ts, j.rankCompute[r])
+			} else {
+				// A rank that is down exports no timing: stale.
+				se.markStale(ts)
 			}
 		}
 	}

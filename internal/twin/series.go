@@ -1,9 +1,21 @@
 package twin
 
 import (
+	"math"
 	"strings"
 	"time"
 )
+
+// staleNaNBits is Prometheus' staleness marker (value.StaleNaNBits): the
+// sample a scraper writes when a series it scraped before is gone, so
+// queries stop seeing the series at once instead of after the 5m lookback.
+const staleNaNBits = 0x7ff0000000000002
+
+// StaleNaN is the staleness marker value.
+var StaleNaN = math.Float64frombits(staleNaNBits)
+
+// IsStale reports whether v is a staleness marker.
+func IsStale(v float64) bool { return math.Float64bits(v) == staleNaNBits }
 
 // Label is one name=value pair of a series.
 type Label struct {
@@ -52,8 +64,9 @@ func (s Sample) Time() time.Time { return time.UnixMilli(s.T).UTC() }
 
 // Series is one time series as a scraper would have stored it: the metric
 // name, its labels (without __name__) and every sample so far, in time
-// order. A series whose source disappeared (a GPU off the bus) simply gets
-// no more samples.
+// order. When its source disappears (a GPU off the bus, a workload that is
+// down) the series gets one StaleNaN sample, as Prometheus writes, and no
+// more until the source is back.
 type Series struct {
 	Metric  string
 	Labels  Labels
