@@ -587,7 +587,7 @@ func (e *Engine) concerns(obs probe.Observation, plan *Plan) bool {
 	}
 	for _, s := range obs.Subjects {
 		for _, in := range plan.Injections {
-			if subjectMatches(s, in.Ref, plan.inv) {
+			if Matches(s, in.Ref, plan.inv) {
 				return true
 			}
 		}
@@ -595,7 +595,12 @@ func (e *Engine) concerns(obs probe.Observation, plan *Plan) bool {
 	return false
 }
 
-func subjectMatches(s probe.Subject, r target.Ref, inv target.Inventory) bool {
+// Matches reports whether an observation's subject is about the injected
+// target r: the same GPU (by index, UUID or PCI address), the same node for
+// a node-level subject, or a job with a rank on the GPU or node. An empty
+// subject matches everything: the observation could not say what it is
+// about.
+func Matches(s probe.Subject, r target.Ref, inv target.Inventory) bool {
 	if s == (probe.Subject{}) {
 		return true
 	}
