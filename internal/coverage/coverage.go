@@ -79,6 +79,12 @@ type Result struct {
 	// Baseline is the fault-free twin over the same span: the job's
 	// goodput, and the detectors that fired anyway (false positives).
 	Baseline Baseline `json:"baseline"`
+	// The run's shape, in seconds: how long each fault stayed injected,
+	// the deadline that makes a detection a pass, and the watch after
+	// recovery.
+	WindowSeconds   float64 `json:"window_seconds"`
+	DeadlineSeconds float64 `json:"deadline_seconds"`
+	RecoverySeconds float64 `json:"recovery_seconds"`
 }
 
 // Baseline is the fault-free reference run.
@@ -124,7 +130,8 @@ const recoveryWindow = 10 * time.Minute
 // Run computes the matrix.
 func Run(ctx context.Context, opts Options) (*Result, error) {
 	opts.defaults()
-	res := &Result{Detectors: opts.Detectors, Faults: make([]*FaultResult, len(opts.Faults))}
+	res := &Result{Detectors: opts.Detectors, Faults: make([]*FaultResult, len(opts.Faults)),
+		WindowSeconds: opts.Window.Seconds(), DeadlineSeconds: opts.Deadline.Seconds(), RecoverySeconds: recoveryWindow.Seconds()}
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex

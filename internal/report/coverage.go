@@ -141,22 +141,27 @@ func CoverageTable(w io.Writer, res *coverage.Result) error {
 	return nil
 }
 
-func detectedBy(fr *coverage.FaultResult) string {
-	cells := make([]coverage.Cell, 0, len(fr.By))
-	for _, name := range fr.By {
-		cells = append(cells, fr.Cells[name])
-	}
-	slices.SortStableFunc(cells, func(a, b coverage.Cell) int {
+// detectionOrder returns the detectors that noticed the fault, fastest
+// first, ties by name.
+func detectionOrder(fr *coverage.FaultResult) []string {
+	names := slices.Clone(fr.By)
+	slices.SortStableFunc(names, func(a, b string) int {
+		ta, tb := *fr.Cells[a].TTDSeconds, *fr.Cells[b].TTDSeconds
 		switch {
-		case *a.TTDSeconds < *b.TTDSeconds:
+		case ta < tb:
 			return -1
-		case *a.TTDSeconds > *b.TTDSeconds:
+		case ta > tb:
 			return 1
 		}
-		return strings.Compare(a.Detector, b.Detector)
+		return strings.Compare(a, b)
 	})
+	return names
+}
+
+func detectedBy(fr *coverage.FaultResult) string {
 	var parts []string
-	for _, c := range cells {
+	for _, name := range detectionOrder(fr) {
+		c := fr.Cells[name]
 		s := fmt.Sprintf("%s %s", c.Detector, seconds(*c.TTDSeconds))
 		if c.Verdict == "late" {
 			s += " (late)"

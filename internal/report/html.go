@@ -41,7 +41,62 @@ func CoverageHTML(w io.Writer, res *coverage.Result, title string) error {
 		}
 		rows = append(rows, r)
 	}
-	return coverageTmpl.Execute(w, map[string]any{"Title": title, "Doc": doc, "Rows": rows, "Detectors": res.Detectors})
+	return coverageTmpl.Execute(w, map[string]any{"Title": title, "Doc": doc, "Rows": rows, "Detectors": res.Detectors, "Timelines": timelines(res)})
+}
+
+// timeline is one fault's detections drawn on its time axis.
+type timeline struct {
+	ID     string
+	Height int
+	// Window and Deadline are x positions; Ticks label the axis.
+	Window, Deadline float64
+	Ticks            []tick
+	Marks            []mark
+}
+
+type tick struct {
+	X     float64
+	Label string
+}
+
+type mark struct {
+	X, Y        float64
+	Label, Fill string
+}
+
+const (
+	tlLeft  = 10.0
+	tlWidth = 900.0
+	tlRow   = 16
+)
+
+// timelines lays out, per fault, the fault window (shaded), the deadline
+// (a dashed line) and a dot per detector at its time to detect.
+func timelines(res *coverage.Result) []timeline {
+	span := res.WindowSeconds + res.RecoverySeconds
+	if span <= 0 {
+		return nil
+	}
+	x := func(sec float64) float64 { return tlLeft + tlWidth*sec/span }
+	var ticks []tick
+	for m := 0.0; m*60 <= span; m += 5 {
+		ticks = append(ticks, tick{x(m * 60), fmt.Sprintf("%.0fm", m)})
+	}
+	var out []timeline
+	for _, fr := range res.Faults {
+		tl := timeline{ID: fr.ID, Window: x(res.WindowSeconds) - tlLeft, Deadline: x(res.DeadlineSeconds), Ticks: ticks}
+		for i, name := range detectionOrder(fr) {
+			c := fr.Cells[name]
+			fill := "#91cf60"
+			if c.Verdict == "late" {
+				fill = "#e6b400"
+			}
+			tl.Marks = append(tl.Marks, mark{X: x(*c.TTDSeconds), Y: float64(22 + i*tlRow), Label: name + " " + seconds(*c.TTDSeconds), Fill: fill})
+		}
+		tl.Height = 34 + len(tl.Marks)*tlRow
+		out = append(out, tl)
+	}
+	return out
 }
 
 var coverageTmpl = template.Must(template.New("coverage").Parse(`<!doctype html>
@@ -57,6 +112,7 @@ td.f{text-align:left;font-family:ui-monospace,monospace}td.missed{background:#fd
 td.fast{background:#1a9850;color:#fff}td.pass{background:#91cf60}
 td.late{background:#fee08b}td.miss{background:#fafafa;color:#bbb}td.error{background:#d73027;color:#fff}
 tr.fam td{background:#eef0f5;text-align:left;font-weight:600}
+h2{font-size:16px;margin:24px 0 4px}.tl .f{font-family:ui-monospace,monospace;margin-top:8px}
 .legend span{display:inline-block;padding:2px 8px;margin-right:6px;border:1px solid #d8dbe2}
 </style></head><body>
 <h1>{{.Title}}</h1>
@@ -68,5 +124,16 @@ Goodput {{printf "%.3f" .Doc.Summary.BaselineGoodput}} fault-free, {{printf "%.3
 <table><thead><tr><th>fault</th><th>target</th><th>goodput</th>{{range .Detectors}}<th class="d" title="{{.Rule}}">{{.Name}}</th>{{end}}</tr></thead><tbody>
 {{range .Rows}}<tr><td class="f{{if .Missed}} missed{{end}}" title="{{.Family}}{{if .Missed}}: nothing noticed this fault{{end}}">{{.ID}}</td><td class="f">{{.Target}}</td><td>{{.Goodput}}</td>{{range .Cells}}<td class="{{.Class}}" title="{{.Title}}">{{.Text}}</td>{{end}}</tr>
 {{end}}</tbody></table>
+<h2>Timelines</h2>
+<p class="sum">Per fault: the shaded band is the fault window, the dashed line the deadline, each dot a detector's first firing.</p>
+{{range .Timelines}}<div class="tl"><div class="f">{{.ID}}</div>
+<svg xmlns="http://www.w3.org/2000/svg" width="1100" height="{{.Height}}" role="img" aria-label="timeline of {{.ID}}">
+<rect x="10" y="4" width="{{printf "%.1f" .Window}}" height="{{.Height}}" fill="#fde0dd" opacity="0.6"/>
+<line x1="{{printf "%.1f" .Deadline}}" y1="0" x2="{{printf "%.1f" .Deadline}}" y2="{{.Height}}" stroke="#a50f15" stroke-dasharray="4 3"/>
+{{range .Ticks}}<text x="{{printf "%.1f" .X}}" y="12" font-size="10" fill="#666">{{.Label}}</text>{{end}}
+{{range .Marks}}<circle cx="{{printf "%.1f" .X}}" cy="{{printf "%.1f" .Y}}" r="5" fill="{{.Fill}}" stroke="#333"/><text x="{{printf "%.1f" .X}}" dx="9" y="{{printf "%.1f" .Y}}" dy="4" font-size="11">{{.Label}}</text>{{end}}
+{{if not .Marks}}<text x="20" y="26" font-size="12" fill="#a50f15">nothing noticed this fault</text>{{end}}
+</svg></div>
+{{end}}
 </body></html>
 `))
