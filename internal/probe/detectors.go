@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
 // EvalInterval is the rule evaluation interval the built-in detectors
@@ -288,10 +289,15 @@ func (p *exprProbe) Observe(ctx context.Context) (Observation, error) {
 	return obs, nil
 }
 
-func subjectOf(p Point) Subject {
-	node := p.Labels.Get("Hostname")
+func subjectOf(p Point) Subject { return SubjectFromLabels(p.Labels) }
+
+// SubjectFromLabels reads what a series or alert is about from the labels
+// exporters set: Hostname (dcgm-exporter) or node (kube-state-metrics), gpu,
+// UUID, pci_bus_id and job.
+func SubjectFromLabels(ls twin.Labels) Subject {
+	node := ls.Get("Hostname")
 	if node == "" {
-		node = p.Labels.Get("node")
+		node = ls.Get("node")
 	}
-	return Subject{Node: node, GPU: p.Labels.Get("gpu"), UUID: p.Labels.Get("UUID"), Job: p.Labels.Get("job")}
+	return Subject{Node: node, GPU: ls.Get("gpu"), UUID: ls.Get("UUID"), PCI: ls.Get("pci_bus_id"), Job: ls.Get("job")}
 }
