@@ -123,6 +123,9 @@ type ProbeSpec struct {
 	Detector  string          `json:"detector,omitempty"`
 	Threshold *ThresholdProbe `json:"threshold,omitempty"`
 	Log       *LogProbe       `json:"log,omitempty"`
+	// Prometheus asks a real Prometheus server through its HTTP API; only
+	// targets with a server to ask (the live twin) run it.
+	Prometheus *PrometheusProbe `json:"prometheus,omitempty"`
 }
 
 // ThresholdProbe holds when metric OP value holds for every sample of a
@@ -142,6 +145,29 @@ type ThresholdProbe struct {
 // LogProbe holds when a kernel log line matching Pattern (RE2) appears.
 type LogProbe struct {
 	Pattern string `json:"pattern"`
+}
+
+// PrometheusProbe asks a Prometheus server's HTTP API (/api/v1/query) at
+// the moment of each observation. Exactly one of Alert and Query is set.
+//
+// Alert holds while the named alert is firing: the series
+// ALERTS{alertname="Alert",alertstate="firing"} exists. Query holds, with
+// Op and Value, when any element of the result satisfies `element Op
+// Value`; with Value and Tolerance, when any element is within Tolerance
+// of Value; with neither, when the result is not empty (the way an alert
+// rule's expression fires). The labels of the elements that hold say which
+// GPU, node or job the observation is about (Hostname or node, gpu, UUID,
+// pci_bus_id, exported_job or job).
+type PrometheusProbe struct {
+	// URL is the server's base URL (http://prometheus:9090); empty takes
+	// the target's default.
+	URL   string `json:"url,omitempty"`
+	Alert string `json:"alert,omitempty"`
+	Query string `json:"query,omitempty"`
+	// Op is one of > < >= <= == != and needs Value.
+	Op        string   `json:"op,omitempty"`
+	Value     *float64 `json:"value,omitempty"`
+	Tolerance *float64 `json:"tolerance,omitempty"`
 }
 
 // BlastRadius caps the targets of one run.

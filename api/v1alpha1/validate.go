@@ -1,7 +1,9 @@
 package v1alpha1
 
 import (
+	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -112,6 +114,10 @@ func (x *Expectation) defaultName() string {
 		return x.Probe.Threshold.Metric
 	case x.Probe.Log != nil:
 		return "log"
+	case x.Probe.Prometheus != nil && x.Probe.Prometheus.Alert != "":
+		return x.Probe.Prometheus.Alert
+	case x.Probe.Prometheus != nil:
+		return "prometheus"
 	}
 	return ""
 }
@@ -338,13 +344,13 @@ var (
 
 func validateProbe(path string, p ProbeSpec, opts ValidateOptions) *FieldError {
 	n := 0
-	for _, set := range []bool{p.Detector != "", p.Threshold != nil, p.Log != nil} {
+	for _, set := range []bool{p.Detector != "", p.Threshold != nil, p.Log != nil, p.Prometheus != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return &FieldError{path, fmt.Sprintf("set exactly one of detector, threshold or log (%d set)", n)}
+		return &FieldError{path, fmt.Sprintf("set exactly one of detector, threshold, log or prometheus (%d set)", n)}
 	}
 	switch {
 	case p.Detector != "":
@@ -384,6 +390,55 @@ func validateProbe(path string, p ProbeSpec, opts ValidateOptions) *FieldError {
 		if _, err := regexp.Compile(p.Log.Pattern); err != nil {
 			return &FieldError{path + ".log.pattern", "not a valid regular expression: " + strings.TrimPrefix(err.Error(), "error parsing regexp: ")}
 		}
+	case p.Prometheus != nil:
+		return validatePrometheus(path+".prometheus", p.Prometheus)
+	}
+	return nil
+}
+
+// validatePrometheus checks a Prometheus probe's shape; the query itself
+// is parsed by the server, which names any syntax error when asked.
+func validatePrometheus(path string, p *PrometheusProbe) *FieldError {
+	if p.URL != "" {
+		u, err := url.Parse(p.URL)
+		switch {
+		case err != nil:
+			return &FieldError{path + ".url", fmt.Sprintf("%q is not a URL: %v", p.URL, errors.Unwrap(err))}
+		case u.Scheme != "http" && u.Scheme != "https":
+			return &FieldError{path + ".url", fmt.Sprintf("%q must start with http:// or https://", p.URL)}
+		case u.Host == "":
+			return &FieldError{path + ".url", fmt.Sprintf("%q names no host", p.URL)}
+		case u.RawQuery != "" || u.Fragment != "":
+			return &FieldError{path + ".url", fmt.Sprintf("%q must be the server's base URL, without a query or fragment", p.URL)}
+		}
+	}
+	switch {
+	case p.Alert != "" && p.Query != "":
+		return &FieldError{path, "set exactly one of alert or query, not both"}
+	case p.Alert == "" && p.Query == "":
+		return &FieldError{path, "set exactly one of alert or query"}
+	case p.Alert != "":
+		if p.Op != "" || p.Value != nil || p.Tolerance != nil {
+			return &FieldError{path + ".alert", "an alert probe holds while the alert fires; op, value and tolerance apply to a query"}
+		}
+		if strings.TrimSpace(p.Alert) != p.Alert {
+			return &FieldError{path + ".alert", fmt.Sprintf("%q has leading or trailing spaces", p.Alert)}
+		}
+		return nil
+	}
+	switch {
+	case p.Op != "" && !slices.Contains(thresholds, p.Op):
+		return &FieldError{path + ".op", fmt.Sprintf("%q is not one of %s", p.Op, strings.Join(thresholds, " "))}
+	case p.Op != "" && p.Tolerance != nil:
+		return &FieldError{path, "set op or tolerance, not both: op compares with value, tolerance holds near value"}
+	case p.Op != "" && p.Value == nil:
+		return &FieldError{path + ".value", "required with op"}
+	case p.Tolerance != nil && p.Value == nil:
+		return &FieldError{path + ".value", "required with tolerance"}
+	case p.Value != nil && p.Op == "" && p.Tolerance == nil:
+		return &FieldError{path + ".value", "needs op (compare with it) or tolerance (hold near it)"}
+	case p.Tolerance != nil && !(*p.Tolerance >= 0):
+		return &FieldError{path + ".tolerance", fmt.Sprintf("must be a number of at least 0, got %v", *p.Tolerance)}
 	}
 	return nil
 }

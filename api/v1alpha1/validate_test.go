@@ -41,6 +41,12 @@ func fakeOpts() ValidateOptions {
 	}
 }
 
+func promExpect(p PrometheusProbe) Expectation {
+	return Expectation{Probe: &ProbeSpec{Prometheus: &p}, Within: Duration{time.Minute}}
+}
+
+func num(v float64) *float64 { return &v }
+
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -95,8 +101,8 @@ func TestValidate(t *testing.T) {
 		{"duration over the limit", func(e *Experiment) { e.Spec.Duration = Duration{24*time.Hour + time.Second} }, "spec.duration: 24h0m1s is over the limit of 24h"},
 		{"check without name", func(e *Experiment) { e.Spec.SteadyState[0].Name = "" }, "spec.steadyState[0].name: required"},
 		{"check names repeat", func(e *Experiment) { e.Spec.SteadyState = append(e.Spec.SteadyState, e.Spec.SteadyState[0]) }, `spec.steadyState[1].name: duplicate name "cool" (also spec.steadyState[0])`},
-		{"probe with no kind", func(e *Experiment) { e.Spec.SteadyState[0].Probe = ProbeSpec{} }, "spec.steadyState[0].probe: set exactly one of detector, threshold or log (0 set)"},
-		{"probe with two kinds", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Detector = "kmsg-xid" }, "spec.steadyState[0].probe: set exactly one of detector, threshold or log (2 set)"},
+		{"probe with no kind", func(e *Experiment) { e.Spec.SteadyState[0].Probe = ProbeSpec{} }, "spec.steadyState[0].probe: set exactly one of detector, threshold, log or prometheus (0 set)"},
+		{"probe with two kinds", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Detector = "kmsg-xid" }, "spec.steadyState[0].probe: set exactly one of detector, threshold, log or prometheus (2 set)"},
 		{"bad metric", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Threshold.Metric = "gpu-temp" }, `spec.steadyState[0].probe.threshold.metric: "gpu-temp" is not a valid Prometheus metric name`},
 		{"recording-rule metric", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Threshold.Metric = "job:gpu_temp:max5m" }, ""},
 		{"missing metric", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Threshold.Metric = "" }, "spec.steadyState[0].probe.threshold.metric: required"},
@@ -120,6 +126,60 @@ func TestValidate(t *testing.T) {
 		}, `spec.expectations[1].name: duplicate name "x" (also spec.expectations[0])`},
 		{"bad regexp", func(e *Experiment) { e.Spec.AbortWhen[0].Probe.Log.Pattern = "Xid (" }, "spec.abortWhen[0].probe.log.pattern: not a valid regular expression: missing closing ): `Xid (`"},
 		{"empty pattern", func(e *Experiment) { e.Spec.AbortWhen[0].Probe.Log.Pattern = "" }, "spec.abortWhen[0].probe.log.pattern: required"},
+		{"prometheus alert", func(e *Experiment) { e.Spec.Expectations[0] = promExpect(PrometheusProbe{Alert: "GpuMissing"}) }, ""},
+		{"prometheus alert with url", func(e *Experiment) {
+			e.Spec.Expectations[0] = promExpect(PrometheusProbe{URL: "https://prom.example:9090/prometheus", Alert: "GpuMissing"})
+		}, ""},
+		{"prometheus query alone", func(e *Experiment) { e.Spec.Expectations[0] = promExpect(PrometheusProbe{Query: "up == 0"}) }, ""},
+		{"prometheus query with op", func(e *Experiment) {
+			e.Spec.Expectations[0] = promExpect(PrometheusProbe{Query: "DCGM_FI_DEV_GPU_TEMP", Op: ">", Value: num(85)})
+		}, ""},
+		{"prometheus query with tolerance", func(e *Experiment) {
+			e.Spec.Expectations[0] = promExpect(PrometheusProbe{Query: "count(up)", Value: num(2), Tolerance: num(0)})
+		}, ""},
+		{"prometheus alert and query", func(e *Experiment) {
+			e.Spec.Expectations[0] = promExpect(PrometheusProbe{Alert: "A", Query: "up"})
+		}, "spec.expectations[0].probe.prometheus: set exactly one of alert or query, not both"},
+		{"prometheus neither", func(e *Experiment) { e.Spec.Expectations[0] = promExpect(PrometheusProbe{URL: "http://p:9090"}) },
+			"spec.expectations[0].probe.prometheus: set exactly one of alert or query"},
+		{"prometheus alert with op", func(e *Experiment) {
+			e.Spec.Expectations[0] = promExpect(PrometheusProbe{Alert: "A", Op: ">", Value: num(1)})
+		}, "spec.expectations[0].probe.prometheus.alert: an alert probe holds while the alert fires"},
+		{"prometheus alert with spaces", func(e *Experiment) { e.Spec.Expectations[0] = promExpect(PrometheusProbe{Alert: "A "}) },
+			`spec.expectations[0].probe.prometheus.alert: "A " has leading or trailing spaces`},
+		{"prometheus bad op", func(e *Experiment) {
+			e.Spec.Expectations[0] = promExpect(PrometheusProbe{Query: "up", Op: "=>", Value: num(1)})
+		}, `spec.expectations[0].probe.prometheus.op: "=>" is not one of > < >= <= == !=`},
+		{"prometheus op without value", func(e *Experiment) { e.Spec.Expectations[0] = promExpect(PrometheusProbe{Query: "up", Op: ">"}) },
+			"spec.expectations[0].probe.prometheus.value: required with op"},
+		{"prometheus tolerance without value", func(e *Experiment) {
+			e.Spec.Expectations[0] = promExpect(PrometheusProbe{Query: "up", Tolerance: num(1)})
+		}, "spec.expectations[0].probe.prometheus.value: required with tolerance"},
+		{"prometheus value alone", func(e *Experiment) { e.Spec.Expectations[0] = promExpect(PrometheusProbe{Query: "up", Value: num(1)}) },
+			"spec.expectations[0].probe.prometheus.value: needs op (compare with it) or tolerance (hold near it)"},
+		{"prometheus op and tolerance", func(e *Experiment) {
+			e.Spec.Expectations[0] = promExpect(PrometheusProbe{Query: "up", Op: ">", Value: num(1), Tolerance: num(1)})
+		}, "spec.expectations[0].probe.prometheus: set op or tolerance, not both"},
+		{"prometheus negative tolerance", func(e *Experiment) {
+			e.Spec.Expectations[0] = promExpect(PrometheusProbe{Query: "up", Value: num(1), Tolerance: num(-1)})
+		}, "spec.expectations[0].probe.prometheus.tolerance: must be a number of at least 0, got -1"},
+		{"prometheus url without scheme", func(e *Experiment) {
+			e.Spec.Expectations[0] = promExpect(PrometheusProbe{URL: "prometheus:9090", Alert: "A"})
+		}, `spec.expectations[0].probe.prometheus.url: "prometheus:9090" must start with http:// or https://`},
+		{"prometheus ftp url", func(e *Experiment) { e.Spec.Expectations[0] = promExpect(PrometheusProbe{URL: "ftp://p/", Alert: "A"}) },
+			`spec.expectations[0].probe.prometheus.url: "ftp://p/" must start with http:// or https://`},
+		{"prometheus url without host", func(e *Experiment) {
+			e.Spec.Expectations[0] = promExpect(PrometheusProbe{URL: "http:///x", Alert: "A"})
+		}, `spec.expectations[0].probe.prometheus.url: "http:///x" names no host`},
+		{"prometheus url with query", func(e *Experiment) {
+			e.Spec.Expectations[0] = promExpect(PrometheusProbe{URL: "http://p:9090/api/v1/query?query=up", Alert: "A"})
+		}, "must be the server's base URL, without a query or fragment"},
+		{"prometheus url unparsable", func(e *Experiment) {
+			e.Spec.Expectations[0] = promExpect(PrometheusProbe{URL: "http://p:x/", Alert: "A"})
+		}, `spec.expectations[0].probe.prometheus.url: "http://p:x/" is not a URL`},
+		{"prometheus in a check", func(e *Experiment) {
+			e.Spec.AbortWhen[0].Probe = ProbeSpec{Prometheus: &PrometheusProbe{Query: "up"}, Log: e.Spec.AbortWhen[0].Probe.Log}
+		}, "spec.abortWhen[0].probe: set exactly one of detector, threshold, log or prometheus (2 set)"},
 		{"negative maxNodes", func(e *Experiment) { e.Spec.BlastRadius.MaxNodes = -1 }, "spec.blastRadius.maxNodes: must not be negative, got -1"},
 		{"negative maxConcurrent", func(e *Experiment) { e.Spec.BlastRadius.MaxConcurrent = -2 }, "spec.blastRadius.maxConcurrent: must not be negative, got -2"},
 	}
@@ -173,9 +233,11 @@ func TestDefault(t *testing.T) {
 		{Probe: &ProbeSpec{Log: &LogProbe{Pattern: "Xid"}}, Within: within},
 		{Probe: &ProbeSpec{Detector: "job-down"}, Within: within},
 		{Within: within},
+		{Probe: &ProbeSpec{Prometheus: &PrometheusProbe{Alert: "GpuMissing"}}, Within: within},
+		{Probe: &ProbeSpec{Prometheus: &PrometheusProbe{Query: "up == 0"}}, Within: within},
 	}
 	e.Default()
-	wantNames := []string{"kmsg-xid", "kmsg-xid-2", "kmsg-xid-3", "DCGM_FI_DEV_XID_ERRORS", "log", "job-down", "expectation-7"}
+	wantNames := []string{"kmsg-xid", "kmsg-xid-2", "kmsg-xid-3", "DCGM_FI_DEV_XID_ERRORS", "log", "job-down", "expectation-7", "GpuMissing", "prometheus"}
 	for i, want := range wantNames {
 		if got := e.Spec.Expectations[i].Name; got != want {
 			t.Errorf("expectations[%d].name = %q, want %q", i, got, want)

@@ -12,6 +12,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/coverage"
 	"github.com/gpuchaos/gpuchaos/internal/report"
+	"github.com/gpuchaos/gpuchaos/internal/rules"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
@@ -29,9 +30,13 @@ func newDemoCmd() *cobra.Command {
 		Short: "Run the whole catalogue against the embedded twin and print the coverage matrix",
 		Long: `Build a digital twin of two 8-GPU H200 nodes running one data-parallel
 training job, run every fault of the catalogue against it as an experiment,
-judge every built-in detector (dcgm-exporter alert rules, a kernel-log XID
-watcher, workload and Kubernetes signals) on whether and how fast it noticed,
-and print the coverage matrix and what each fault cost the job in goodput.
+and judge, on whether and how fast each noticed: the built-in detectors (a
+kernel-log XID watcher, dcgm-exporter metric checks, workload and Kubernetes
+signals) and the bundled alert packs — the seed document's rule and a pack
+typical of what GPU teams deploy — evaluated with the real PromQL engine.
+Print the coverage matrix, what each fault cost the job in goodput, the
+rules that can never fire and why, and for every fault no rule caught a rule
+from the recommended pack, proven on a re-run and on a fault-free hour.
 
 Everything runs on the twin's virtual clock: about 50 simulated minutes per
 fault, seconds in all. No GPU or cluster is needed. An HTML heatmap of the
@@ -52,16 +57,16 @@ matrix is written to --html.`,
 			if err != nil {
 				return err
 			}
-			opts := coverage.Options{Spec: spec, Faults: faults, Seed: seed, Parallel: parallel}
-			stderr := cmd.ErrOrStderr()
-			if isTerminal(stderr) {
-				opts.Progress = func(done, total int, id string) {
-					fmt.Fprintf(stderr, "\r\033[K[%d/%d] %s", done, total, id)
-					if done == total {
-						fmt.Fprint(stderr, "\r\033[K")
-					}
-				}
+			set, err := loadRules([]string{"pack:seed", "pack:typical"})
+			if err != nil {
+				return err
 			}
+			recommended, err := rules.Pack("recommended")
+			if err != nil {
+				return err
+			}
+			opts := coverage.Options{Spec: spec, Faults: faults, Seed: seed, Parallel: parallel,
+				Rules: set, Recommended: recommended, Progress: progress(cmd)}
 			start := time.Now()
 			res, err := coverage.Run(cmd.Context(), opts)
 			if err != nil {

@@ -27,6 +27,7 @@ clock, so days of fleet time run in milliseconds.`,
 		RunE:    func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	cmd.AddCommand(newTwinSimulateCmd())
+	cmd.AddCommand(newTwinServeCmd())
 	return cmd
 }
 

@@ -8,14 +8,19 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/prometheus/prometheus/promql"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/engine"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
+	"github.com/gpuchaos/gpuchaos/internal/promeval"
+	"github.com/gpuchaos/gpuchaos/internal/rules"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
@@ -26,9 +31,19 @@ type Options struct {
 	Spec twin.ClusterSpec
 	// Faults to run; nil means the whole catalogue.
 	Faults []*catalog.Fault
-	// Detectors to judge; nil means every built-in detector.
+	// Detectors are the built-in detectors to judge; nil means all of
+	// them, an empty slice none.
 	Detectors []*probe.Detector
-	Seed      uint64
+	// Rules are alert and recording rules to judge with the real PromQL
+	// engine; nil means none.
+	Rules *rules.Set
+	// OptIn lists the opt-in exporter counters the rules' static analysis
+	// may count on, beside those the twin's spec enables.
+	OptIn []string
+	// Recommended, when set, is the pack from which a rule is proposed for
+	// every fault that no rule of Rules catches, and verified.
+	Recommended *rules.Set
+	Seed        uint64
 	// Warmup runs the twin fault-free before injection (default 20m), so
 	// baselines exist; Window is how long each fault stays injected
 	// (default 20m); Deadline is the time-to-detect that counts as a pass
@@ -73,9 +88,15 @@ type JobImpact struct {
 
 // Result is the whole matrix.
 type Result struct {
-	Faults    []*FaultResult    `json:"faults"`
-	Detectors []*probe.Detector `json:"detectors"`
-	Matrix    []Cell            `json:"matrix"`
+	Faults    []*FaultResult `json:"faults"`
+	Detectors []*Detector    `json:"detectors"`
+	Matrix    []Cell         `json:"matrix"`
+	// Rules reports every rule under test: static analysis and the faults
+	// it caught.
+	Rules []RuleReport `json:"rules"`
+	// Suggestions propose and verify a recommended rule for every fault no
+	// rule under test caught.
+	Suggestions []Suggestion `json:"suggestions"`
 	// Baseline is the fault-free twin over the same span: the job's
 	// goodput, and the detectors that fired anyway (false positives).
 	Baseline Baseline `json:"baseline"`
@@ -91,6 +112,8 @@ type Result struct {
 type Baseline struct {
 	Job            JobImpact `json:"job"`
 	FalsePositives []string  `json:"false_positives"`
+
+	recommendedFP map[*rules.Rule]bool
 }
 
 // jobName is the training job of the default twin; faults that need a job
@@ -130,8 +153,15 @@ const recoveryWindow = 10 * time.Minute
 // Run computes the matrix.
 func Run(ctx context.Context, opts Options) (*Result, error) {
 	opts.defaults()
-	res := &Result{Detectors: opts.Detectors, Faults: make([]*FaultResult, len(opts.Faults)),
+	res := &Result{Detectors: Builtins(opts.Detectors), Faults: make([]*FaultResult, len(opts.Faults)),
+		Rules: []RuleReport{}, Suggestions: []Suggestion{},
 		WindowSeconds: opts.Window.Seconds(), DeadlineSeconds: opts.Deadline.Seconds(), RecoverySeconds: recoveryWindow.Seconds()}
+	if opts.Rules != nil {
+		cols, reports := ruleDetectors(opts.Rules, append(slices.Clone(opts.OptIn), opts.Spec.Exporter.OptIn...))
+		res.Detectors = append(res.Detectors, cols...)
+		res.Rules = reports
+	}
+	r := &runner{opts: opts, cols: res.Detectors, eng: promeval.NewEngine(promeval.DefaultInterval)}
 	var (
 		wg       sync.WaitGroup
 		mu       sync.Mutex
@@ -142,7 +172,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	for range opts.Parallel {
 		wg.Go(func() {
 			for i := range jobs {
-				fr, err := runFault(ctx, opts, opts.Faults[i])
+				fr, err := r.runFault(ctx, opts.Faults[i], r.opts.Rules, true)
 				mu.Lock()
 				if err != nil && firstErr == nil {
 					firstErr = err
@@ -159,7 +189,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	}
 	var bl Baseline
 	var blErr error
-	wg.Go(func() { bl, blErr = baseline(ctx, opts) })
+	wg.Go(func() { bl, blErr = r.baseline(ctx) })
 feed:
 	for i := range opts.Faults {
 		select {
@@ -181,11 +211,34 @@ feed:
 	}
 	res.Baseline = bl
 	for _, fr := range res.Faults {
-		for _, d := range opts.Detectors {
+		for _, d := range res.Detectors {
 			res.Matrix = append(res.Matrix, fr.Cells[d.Name])
 		}
 	}
+	for i := range res.Rules {
+		for _, fr := range res.Faults {
+			if fr.Cells[res.Rules[i].Name].Detected {
+				res.Rules[i].Detects = append(res.Rules[i].Detects, fr.ID)
+			}
+		}
+	}
+	if opts.Recommended != nil {
+		sugg, err := r.suggest(ctx, res)
+		if err != nil {
+			return nil, err
+		}
+		res.Suggestions = sugg
+	}
 	return res, nil
+}
+
+// runner holds what every fault run of one coverage run shares.
+type runner struct {
+	opts Options
+	cols []*Detector
+	// eng is one PromQL engine for every evaluation (safe for concurrent
+	// use).
+	eng *promql.Engine
 }
 
 func newTwin(opts Options) (*twin.Twin, error) {
@@ -211,11 +264,16 @@ func selectorFor(f *catalog.Fault, inv target.Inventory) v1alpha1.Selector {
 	return sel
 }
 
-func runFault(ctx context.Context, opts Options, f *catalog.Fault) (*FaultResult, error) {
+// runFault runs one fault as an experiment on a fresh twin: the built-in
+// detectors as the engine's expectations when builtins is set, then set's
+// alert rules evaluated over the recorded series.
+func (r *runner) runFault(ctx context.Context, f *catalog.Fault, set *rules.Set, builtins bool) (*FaultResult, error) {
+	opts := r.opts
 	tw, err := newTwin(opts)
 	if err != nil {
 		return nil, fmt.Errorf("coverage of %s: %w", f.ID, err)
 	}
+	start := tw.Now()
 	if err := tw.Sleep(ctx, opts.Warmup); err != nil {
 		return nil, err
 	}
@@ -232,10 +290,12 @@ func runFault(ctx context.Context, opts Options, f *catalog.Fault) (*FaultResult
 			BlastRadius: v1alpha1.BlastRadius{MaxNodes: len(inv.Nodes), MaxGPUs: gpuCount(inv)},
 		},
 	}
-	for _, d := range opts.Detectors {
-		exp.Spec.Expectations = append(exp.Spec.Expectations, v1alpha1.Expectation{
-			Detector: d.Name, Within: v1alpha1.Duration{Duration: opts.Deadline},
-		})
+	if builtins {
+		for _, d := range opts.Detectors {
+			exp.Spec.Expectations = append(exp.Spec.Expectations, v1alpha1.Expectation{
+				Detector: d.Name, Within: v1alpha1.Duration{Duration: opts.Deadline},
+			})
+		}
 	}
 	job := jobName(inv)
 	before, _ := tw.Job(job)
@@ -272,6 +332,26 @@ func runFault(ctx context.Context, opts Options, f *catalog.Fault) (*FaultResult
 		}
 		fr.Cells[v.Name] = c
 	}
+	if set != nil {
+		cols := r.cols
+		if set != r.opts.Rules {
+			cols, _ = ruleDetectors(set, nil)
+		}
+		cells, err := ruleCells(ctx, r.eng, cols, set, tw, start, rec, opts.Window, opts.Deadline, f.ID)
+		if err != nil {
+			return nil, fmt.Errorf("coverage of %s: %w", f.ID, err)
+		}
+		for name, c := range cells {
+			fr.Cells[name] = c
+			if c.Detected {
+				fr.By = append(fr.By, name)
+				if fr.First == nil || *c.TTDSeconds < *fr.First {
+					fr.First = c.TTDSeconds
+				}
+			}
+		}
+		slices.Sort(fr.By)
+	}
 	return fr, nil
 }
 
@@ -296,14 +376,17 @@ func impact(before, after twin.JobStatus, ranks int) JobImpact {
 
 // baseline runs a fault-free twin over the same span as a fault run and
 // reports which detectors fired anyway.
-func baseline(ctx context.Context, opts Options) (Baseline, error) {
+func (r *runner) baseline(ctx context.Context) (Baseline, error) {
+	opts := r.opts
 	tw, err := newTwin(opts)
 	if err != nil {
 		return Baseline{}, err
 	}
+	start := tw.Now()
 	if err := tw.Sleep(ctx, opts.Warmup); err != nil {
 		return Baseline{}, err
 	}
+	from := tw.Now()
 	job := jobName(tw.Inventory())
 	before, _ := tw.Job(job)
 	probes := make([]probe.Probe, len(opts.Detectors))
@@ -328,7 +411,18 @@ func baseline(ctx context.Context, opts Options) (Baseline, error) {
 	}
 	after, _ := tw.Job(job)
 	b := Baseline{Job: impact(before, after, len(tw.Inventory().Jobs[0].Ranks)), FalsePositives: []string{}}
-	for _, d := range opts.Detectors {
+	if opts.Rules != nil {
+		ruleFired, err := firingRules(ctx, r.eng, opts.Rules, tw, start, from)
+		if err != nil {
+			return Baseline{}, err
+		}
+		for _, d := range r.cols {
+			if d.rule != nil && ruleFired[d.rule] {
+				fired[d.Name] = true
+			}
+		}
+	}
+	for _, d := range r.cols {
 		if fired[d.Name] {
 			b.FalsePositives = append(b.FalsePositives, d.Name)
 		}

@@ -148,6 +148,7 @@ func TestFromSpecErrors(t *testing.T) {
 		{"unknown detector", "p", v1alpha1.ProbeSpec{Detector: "dcgm-gpu-on-fire"}, []string{`"dcgm-gpu-on-fire"`, "not a built-in detector"}},
 		{"invalid log pattern", "p", v1alpha1.ProbeSpec{Log: &v1alpha1.LogProbe{Pattern: `Xid (`}}, []string{"log pattern", "missing closing )"}},
 		{"empty spec", "steady", v1alpha1.ProbeSpec{}, []string{`"steady"`, "defines nothing"}},
+		{"prometheus on the twin", "alert", v1alpha1.ProbeSpec{Prometheus: &v1alpha1.PrometheusProbe{Alert: "GpuMissing"}}, []string{`"alert"`, "asks a Prometheus server", "live twin"}},
 		{"unknown comparison", "p", v1alpha1.ProbeSpec{Threshold: &v1alpha1.ThresholdProbe{Metric: "m", Op: "=>"}}, []string{`"=>"`, "not one of"}},
 	}
 	for _, tt := range tests {

@@ -11,17 +11,19 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/coverage"
-	"github.com/gpuchaos/gpuchaos/internal/probe"
 )
 
 // CoverageDoc is the JSON form of a coverage result, the object DESIGN.md §4
 // promises for `gpuchaos demo --format json`.
 type CoverageDoc struct {
-	Faults    []FaultDoc        `json:"faults"`
-	Detectors []*probe.Detector `json:"detectors"`
-	Matrix    []coverage.Cell   `json:"matrix"`
-	Summary   Summary           `json:"summary"`
-	Baseline  coverage.Baseline `json:"baseline"`
+	// Rules reports every rule under test (empty without --rules).
+	Rules       []coverage.RuleReport `json:"rules"`
+	Suggestions []coverage.Suggestion `json:"suggestions"`
+	Faults      []FaultDoc            `json:"faults"`
+	Detectors   []*coverage.Detector  `json:"detectors"`
+	Matrix      []coverage.Cell       `json:"matrix"`
+	Summary     Summary               `json:"summary"`
+	Baseline    coverage.Baseline     `json:"baseline"`
 }
 
 // FaultDoc is one fault row.
@@ -55,7 +57,13 @@ type Family struct {
 
 // NewCoverageDoc builds the JSON document of a result.
 func NewCoverageDoc(res *coverage.Result) *CoverageDoc {
-	doc := &CoverageDoc{Detectors: res.Detectors, Matrix: res.Matrix, Baseline: res.Baseline}
+	doc := &CoverageDoc{Detectors: res.Detectors, Matrix: res.Matrix, Baseline: res.Baseline, Rules: res.Rules, Suggestions: res.Suggestions}
+	if doc.Rules == nil {
+		doc.Rules = []coverage.RuleReport{}
+	}
+	if doc.Suggestions == nil {
+		doc.Suggestions = []coverage.Suggestion{}
+	}
 	doc.Summary = Summary{Missed: []string{}, Late: []string{}, ByFamily: map[catalog.Family]Family{}, BaselineGoodput: res.Baseline.Job.Goodput}
 	for _, fr := range res.Faults {
 		f := fr.Fault
@@ -138,6 +146,24 @@ func CoverageTable(w io.Writer, res *coverage.Result) error {
 	}
 	fmt.Fprintf(w, "Goodput: %.3f fault-free; %.3f on average under a fault; %.1f GPU-hours lost to faults beyond the baseline.\n",
 		s.BaselineGoodput, s.Goodput, s.LostGPUHours)
+	var never []coverage.RuleReport
+	for _, r := range res.Rules {
+		if r.Status == "never_fires" {
+			never = append(never, r)
+		}
+	}
+	if len(never) > 0 {
+		fmt.Fprintf(w, "\nRules that can never fire (%d of %d):\n", len(never), len(res.Rules))
+		for _, r := range never {
+			fmt.Fprintf(w, "  %s (%s): %s\n", r.Name, r.Source, r.Reason)
+		}
+	}
+	if len(res.Suggestions) > 0 {
+		fmt.Fprintln(w, "\nSuggestions for the faults no rule caught (recommended pack, re-run on the twin, silent over a fault-free hour):")
+		for _, sg := range res.Suggestions {
+			fmt.Fprintf(w, "  %s\n", sg.Text())
+		}
+	}
 	return nil
 }
 

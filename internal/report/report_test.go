@@ -74,7 +74,7 @@ func faultResult(f *catalog.Fault, ref target.Ref, job coverage.JobImpact, ds []
 }
 
 func result(ds []*probe.Detector, baseline coverage.Baseline, frs ...*coverage.FaultResult) *coverage.Result {
-	res := &coverage.Result{Detectors: ds, Faults: frs, Baseline: baseline}
+	res := &coverage.Result{Detectors: coverage.Builtins(ds), Faults: frs, Baseline: baseline}
 	for _, fr := range frs {
 		for _, d := range ds {
 			res.Matrix = append(res.Matrix, fr.Cells[d.Name])

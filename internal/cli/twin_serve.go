@@ -1,0 +1,121 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/twin/live"
+)
+
+// twinServeFlags are the flags of 'twin serve'.
+type twinServeFlags struct {
+	listen  string
+	seed    uint64
+	cluster string
+	speed   float64
+	warmup  time.Duration
+}
+
+// shutdownGrace is how long in-flight scrapes get to finish on exit.
+const shutdownGrace = 5 * time.Second
+
+func newTwinServeCmd() *cobra.Command {
+	var fl twinServeFlags
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the twin in real time and serve its metrics to Prometheus",
+		Long: `Run the digital twin on the wall clock and serve what its exporters
+export at /metrics, in the Prometheus text format: dcgm-exporter's GPU
+series with their exact names and labels, kube-state-metrics' node series
+and the training job's own. Point a Prometheus at it with a scrape interval
+of a second or more; the twin samples every second. A GPU that falls off the
+bus disappears from the page, as it does from dcgm-exporter's.
+
+The twin first runs --warmup of fault-free virtual time, so rates and
+baselines exist from the first scrape. /healthz answers 200 while the twin
+runs. Stop with Ctrl-C.`,
+		Example: `  gpuchaos twin serve
+  gpuchaos twin serve --listen 0.0.0.0:9400 --cluster examples/twin/h200-2x8.yaml`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return fl.run(cmd) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&fl.listen, "listen", "127.0.0.1:9400", "address to serve on (dcgm-exporter's port; loopback unless you widen it)")
+	f.Uint64Var(&fl.seed, "seed", 1, "seed of the twin; the same seed gives the same cluster")
+	f.StringVar(&fl.cluster, "cluster", "", "twin cluster spec YAML (default: two 8-GPU H200 nodes)")
+	f.Float64Var(&fl.speed, "speed", 1, "virtual seconds per wall second")
+	f.DurationVar(&fl.warmup, "warmup", 20*time.Minute, "fault-free virtual time to run before serving")
+	return cmd
+}
+
+func (fl twinServeFlags) run(cmd *cobra.Command) error {
+	switch {
+	case math.IsNaN(fl.speed) || fl.speed <= 0 || math.IsInf(fl.speed, 0):
+		return fmt.Errorf("--speed: must be a positive number, got %v", fl.speed)
+	case fl.warmup < 0:
+		return fmt.Errorf("--warmup: must not be negative, got %s", fl.warmup)
+	}
+	opts := live.Options{Twin: twin.Options{Seed: fl.seed}, Speed: fl.speed, Warmup: fl.warmup}
+	if fl.cluster != "" {
+		spec, err := twin.LoadClusterSpec(fl.cluster)
+		if err != nil {
+			return fmt.Errorf("--cluster: %w", err)
+		}
+		opts.Twin.Spec = spec
+	}
+	ctx := cmd.Context()
+	r, err := live.New(ctx, opts)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return failed(err)
+	}
+	ln, err := net.Listen("tcp", fl.listen)
+	if err != nil {
+		return failed(fmt.Errorf("--listen: %w", err))
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "serving the twin's metrics at http://%s/metrics (Ctrl-C to stop)\n", ln.Addr())
+	return failed(serveTwin(ctx, r, ln))
+}
+
+// serveTwin runs the twin and its HTTP server on ln until ctx ends or one of
+// them fails, then stops both and waits for them.
+func serveTwin(ctx context.Context, r *live.Runner, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 2)
+	go func() {
+		err := r.Start(ctx)
+		cancel()
+		errc <- err
+	}()
+	go func() {
+		err := srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		} else if err != nil {
+			err = fmt.Errorf("serve metrics: %w", err)
+		}
+		cancel()
+		errc <- err
+	}()
+	<-ctx.Done()
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	defer scancel()
+	shutErr := srv.Shutdown(sctx)
+	err := errors.Join(<-errc, <-errc)
+	if err == nil && shutErr != nil {
+		err = fmt.Errorf("stop serving metrics: %w", shutErr)
+	}
+	return err
+}

@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockedBuffer lets the test read what the command printed while it runs.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// freeAddr returns a loopback address with a port free a moment ago.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	if err := ln.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+func TestTwinServe(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var out, errb lockedBuffer
+	root := newRoot(strings.NewReader(""), &out, &errb)
+	root.SetArgs([]string{"twin", "serve", "--listen", addr, "--warmup", "2m", "--seed", "3"})
+	done := make(chan error, 1)
+	go func() { done <- root.ExecuteContext(ctx) }()
+
+	client := &http.Client{Timeout: 5 * time.Second}
+	defer client.CloseIdleConnections()
+	get := func(path string) (int, string, error) {
+		resp, err := client.Get("http://" + addr + path)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), err
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, _, err := get("/healthz")
+		if err == nil && code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz not OK after 20s (last: %d, %v); stdout %q, stderr %q", code, err, out.String(), errb.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if want := "serving the twin's metrics at http://" + addr + "/metrics"; !strings.HasPrefix(out.String(), want) {
+		t.Errorf("stdout %q, want it to start with %q", out.String(), want)
+	}
+	code, page, err := get("/metrics")
+	if err != nil || code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d, %v", code, err)
+	}
+	for _, want := range []string{
+		"# TYPE DCGM_FI_DEV_GPU_TEMP gauge\n",
+		`DCGM_FI_DEV_GPU_TEMP{Hostname="gpu-node-1",UUID="`,
+		"# TYPE gpuchaos_job_restarts_total counter\n",
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if n := strings.Count(page, "\nDCGM_FI_DEV_GPU_TEMP{"); n != 16 {
+		t.Errorf("%d GPU temperatures on the page, want 16", n)
+	}
+
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("serve ended with %v after its context was cancelled, want nil", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("serve did not stop within 10s of its context ending")
+	}
+	if _, _, err := get("/healthz"); err == nil {
+		t.Error("still serving after the command returned")
+	}
+}
+
+func TestTwinServeBadFlags(t *testing.T) {
+	t.Parallel()
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Close() })
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"zero speed", []string{"--speed", "0"}, 2, "--speed: must be a positive number, got 0"},
+		{"negative warm-up", []string{"--warmup", "-1m"}, 2, "--warmup: must not be negative, got -1m0s"},
+		{"missing cluster file", []string{"--cluster", "/nonexistent/cluster.yaml"}, 2, "--cluster: load cluster spec"},
+		{"port in use", []string{"--listen", busy.Addr().String(), "--warmup", "0s"}, 1, "--listen: listen tcp " + busy.Addr().String()},
+		{"extra argument", []string{"now"}, 2, `unknown command "now"`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, _, errs := runTwin(t, append([]string{"twin", "serve"}, tc.args...)...)
+			if code != tc.code || !strings.Contains(errs, tc.want) {
+				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, errs, tc.code, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,266 @@
+package coverage
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/prometheus/prometheus/promql"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/engine"
+	"github.com/gpuchaos/gpuchaos/internal/probe"
+	"github.com/gpuchaos/gpuchaos/internal/promeval"
+	"github.com/gpuchaos/gpuchaos/internal/rules"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/twin"
+)
+
+// Detector is one column of the matrix: a built-in detector or an alert
+// rule from the rules under test.
+type Detector struct {
+	Name string `json:"name"`
+	// Kind is "builtin" or "rule".
+	Kind        string        `json:"kind"`
+	Layer       catalog.Layer `json:"layer"`
+	Reads       []string      `json:"reads"`
+	Rule        string        `json:"rule"`
+	Description string        `json:"description,omitempty"`
+	// Source is the rule's file:line and group.
+	Source string `json:"source,omitempty"`
+	// Status and Reason are the static analysis of a rule.
+	Status string `json:"status,omitempty"`
+	Reason string `json:"reason,omitempty"`
+
+	builtin *probe.Detector
+	rule    *rules.Rule
+}
+
+// RuleReport is one rule of the set under test, alert or record: its
+// static analysis and the faults it caught (pass or late).
+type RuleReport struct {
+	Name    string   `json:"name"`
+	Kind    string   `json:"kind"`
+	Source  string   `json:"source"`
+	Group   string   `json:"group"`
+	Expr    string   `json:"expr"`
+	Status  string   `json:"status"`
+	Reason  string   `json:"reason,omitempty"`
+	Metrics []string `json:"metrics"`
+	Detects []string `json:"detects"`
+}
+
+// Suggestion is a rule of the recommended pack proposed for a fault nothing
+// caught, with the evidence: it fired on a re-run of the fault and stayed
+// silent over a fault-free hour.
+type Suggestion struct {
+	Fault string `json:"fault"`
+	// Rule is empty when no recommended rule catches the fault; Note then
+	// says so.
+	Rule       string  `json:"rule,omitempty"`
+	Expr       string  `json:"expr,omitempty"`
+	For        string  `json:"for,omitempty"`
+	TTDSeconds float64 `json:"ttd_seconds,omitempty"`
+	// Verified is true when the re-run fired within the deadline and the
+	// clean hour stayed silent.
+	Verified bool   `json:"verified"`
+	Note     string `json:"note,omitempty"`
+}
+
+// Text renders the suggestion as one line for people.
+func (s Suggestion) Text() string {
+	if s.Rule == "" {
+		return fmt.Sprintf("%s: %s", s.Fault, s.Note)
+	}
+	return fmt.Sprintf("%s: add %s — fires %.0fs after injection on a re-run and stays silent over a fault-free hour: %s", s.Fault, s.Rule, s.TTDSeconds, oneLine(s.Expr))
+}
+
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+
+// Builtins turns built-in detectors into matrix columns.
+func Builtins(ds []*probe.Detector) []*Detector {
+	out := make([]*Detector, len(ds))
+	for i, d := range ds {
+		out[i] = &Detector{Name: d.Name, Kind: "builtin", Layer: d.Layer, Reads: d.Reads, Rule: d.Rule, Description: d.Description, builtin: d}
+	}
+	return out
+}
+
+// ruleDetectors turns the alert rules of a set into columns, with their
+// static analysis, and reports every rule.
+func ruleDetectors(set *rules.Set, optIn []string) ([]*Detector, []RuleReport) {
+	var cols []*Detector
+	var reports []RuleReport
+	seen := map[string]int{}
+	for _, a := range rules.Analyze(set, rules.AnalyzeOptions{OptIn: optIn}) {
+		r := a.Rule
+		var metrics []string
+		for _, m := range a.Metrics {
+			metrics = append(metrics, m.Name)
+		}
+		src := fmt.Sprintf("%s:%d", r.Source, r.Line)
+		reports = append(reports, RuleReport{Name: r.Name, Kind: string(r.Kind), Source: src, Group: r.Group, Expr: r.Expr,
+			Status: string(a.Status), Reason: a.Reason, Metrics: metrics, Detects: []string{}})
+		if r.Kind != rules.KindAlert {
+			continue
+		}
+		name := r.Name
+		if seen[name]++; seen[name] > 1 {
+			name = fmt.Sprintf("%s (%s)", r.Name, filepath.Base(src))
+		}
+		expr := r.Expr
+		if r.For > 0 {
+			expr += " for " + r.For.String()
+		}
+		cols = append(cols, &Detector{Name: name, Kind: "rule", Layer: catalog.LayerExporterMetrics, Reads: metrics, Rule: oneLine(expr),
+			Source: src + " group " + r.Group, Status: string(a.Status), Reason: a.Reason, rule: r})
+	}
+	return cols, reports
+}
+
+// ruleCells evaluates a rule set with the real PromQL engine over a finished
+// run on tw and judges every alert column as the engine judges a probe: the
+// first firing for an injected target while the fault was in, pass within
+// the deadline, late after it, error when already firing at injection.
+func ruleCells(ctx context.Context, eng *promql.Engine, cols []*Detector, set *rules.Set, tw *twin.Twin, start time.Time, rec *engine.Record, window, deadline time.Duration, faultID string) (map[string]Cell, error) {
+	res, err := promeval.Evaluate(ctx, set, tw, start, tw.Now(), promeval.Options{Engine: eng})
+	if err != nil {
+		return nil, fmt.Errorf("evaluate rules: %w", err)
+	}
+	inv := tw.Inventory()
+	var refs []target.Ref
+	for _, in := range rec.Plan.Injections {
+		refs = append(refs, in.Ref)
+	}
+	concerns := func(ls twin.Labels) bool {
+		s := probe.SubjectFromLabels(ls)
+		for _, r := range refs {
+			if engine.Matches(s, r, inv) {
+				return true
+			}
+		}
+		return false
+	}
+	cells := map[string]Cell{}
+	end := rec.InjectedAt.Add(window)
+	for _, d := range cols {
+		if d.rule == nil {
+			continue
+		}
+		c := Cell{Fault: faultID, Detector: d.Name, Verdict: engine.Missed}
+		already := false
+		for _, a := range res.Alerts {
+			if a.Rule == d.rule && concerns(a.Labels) && a.FiringAt(rec.InjectedAt) {
+				already = true
+			}
+		}
+		switch t, ok := res.FirstFiring(d.rule, rec.InjectedAt, concerns); {
+		case already:
+			c.Verdict = engine.Error
+		case ok && !t.After(end):
+			ttd := t.Sub(rec.InjectedAt).Seconds()
+			c.Detected, c.TTDSeconds, c.Verdict = true, &ttd, engine.Pass
+			if ttd > deadline.Seconds() {
+				c.Verdict = engine.Late
+			}
+		}
+		cells[d.Name] = c
+	}
+	return cells, nil
+}
+
+// firingRules evaluates a set over a fault-free span and returns the alert
+// rules that fired at all: false positives.
+func firingRules(ctx context.Context, eng *promql.Engine, set *rules.Set, tw *twin.Twin, start, from time.Time) (map[*rules.Rule]bool, error) {
+	res, err := promeval.Evaluate(ctx, set, tw, start, tw.Now(), promeval.Options{Engine: eng})
+	if err != nil {
+		return nil, fmt.Errorf("evaluate rules on the fault-free twin: %w", err)
+	}
+	fired := map[*rules.Rule]bool{}
+	for _, a := range res.Alerts {
+		if _, ok := res.FirstFiring(a.Rule, from, nil); ok {
+			fired[a.Rule] = true
+		}
+	}
+	return fired, nil
+}
+
+// cleanHour is how long the fault-free twin runs to vet a suggestion: an
+// hour after the warm-up, as the issue asks.
+const cleanHour = time.Hour
+
+// suggest proposes, for every fault that no rule under test caught within
+// the deadline, the fastest alert of the recommended pack that catches it on
+// a re-run of the fault and never fires over a fault-free hour.
+func (r *runner) suggest(ctx context.Context, res *Result) ([]Suggestion, error) {
+	var missed []*FaultResult
+	for _, fr := range res.Faults {
+		caught := false
+		for _, d := range res.Detectors {
+			if d.rule != nil && fr.Cells[d.Name].Verdict == engine.Pass {
+				caught = true
+			}
+		}
+		if !caught {
+			missed = append(missed, fr)
+		}
+	}
+	out := []Suggestion{}
+	if len(missed) == 0 {
+		return out, nil
+	}
+	rec := r.opts.Recommended
+	tw, err := newTwin(r.opts)
+	if err != nil {
+		return nil, err
+	}
+	start := tw.Now()
+	if err := tw.Sleep(ctx, r.opts.Warmup+cleanHour); err != nil {
+		return nil, err
+	}
+	noisy, err := firingRules(ctx, r.eng, rec, tw, start, start.Add(r.opts.Warmup))
+	if err != nil {
+		return nil, err
+	}
+	cols, _ := ruleDetectors(rec, nil)
+	for _, fr := range missed {
+		again, err := r.runFault(ctx, fr.Fault, rec, false)
+		if err != nil {
+			return nil, err
+		}
+		var best *Detector
+		for _, d := range cols {
+			c := again.Cells[d.Name]
+			if d.rule == nil || c.Verdict != engine.Pass || noisy[d.rule] {
+				continue
+			}
+			if best == nil || *c.TTDSeconds < *again.Cells[best.Name].TTDSeconds {
+				best = d
+			}
+		}
+		if best == nil {
+			out = append(out, Suggestion{Fault: fr.ID, Note: noSuggestion(fr, res.Baseline)})
+			continue
+		}
+		ttd := *again.Cells[best.Name].TTDSeconds
+		expr := best.rule.Expr
+		out = append(out, Suggestion{Fault: fr.ID, Rule: best.Name, Expr: oneLine(expr), For: best.rule.For.String(), TTDSeconds: ttd, Verified: true})
+	}
+	return out, nil
+}
+
+// noSuggestion explains why no recommended rule catches a fault, from what
+// the fault did to the job.
+func noSuggestion(fr *FaultResult, base Baseline) string {
+	const none = "no rule of the recommended pack catches it on this twin"
+	loss := base.Job.Goodput - fr.Job.Goodput
+	switch {
+	case loss < 0.005:
+		return none + " within the deadline; the fault costs the job no goodput in the window (its harm shows later: at a restart, at scale, or past the deadline)"
+	case fr.Fault.Signature.Silent:
+		return fmt.Sprintf("%s: it moves no GPU metric and costs the job %.0f%% of its goodput, less than a step-time rule can flag without firing on a fault-free hour", none, 100*loss)
+	}
+	return fmt.Sprintf("%s within the deadline without firing on the fault-free hour (it costs the job %.0f%% of its goodput)", none, 100*loss)
+}

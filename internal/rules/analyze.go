@@ -1,0 +1,459 @@
+package rules
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+
+	"github.com/gpuchaos/gpuchaos/internal/suggest"
+)
+
+// Status is the verdict of the static analysis on one rule.
+type Status string
+
+// The analysis verdicts.
+const (
+	// StatusOK: the rule can produce a result with the metrics available.
+	StatusOK Status = "ok"
+	// StatusNeverFires: every way the rule could produce a result needs
+	// a metric that nothing produces.
+	StatusNeverFires Status = "never_fires"
+)
+
+// MetricUse is one metric a rule reads and where it would come from.
+type MetricUse struct {
+	Name string `json:"name"`
+	// Availability is AvailDefault, AvailOptIn, AvailRecorded or
+	// AvailUnknown.
+	Availability string `json:"availability"`
+	// Source is the exporter, or for a recorded metric the recording
+	// rule as file:line.
+	Source string `json:"source,omitempty"`
+	// Present says whether the metric exists under the options: a default
+	// metric, an opt-in one the caller enabled, or a recorded one whose
+	// rule can produce a series.
+	Present bool `json:"present"`
+	// Suggestion is the known metric the name most likely meant, for an
+	// unknown one.
+	Suggestion string `json:"suggestion,omitempty"`
+}
+
+// Analysis is the verdict on one rule.
+type Analysis struct {
+	Rule *Rule `json:"-"`
+	// Metrics lists each metric the expression reads once, in order of
+	// first appearance.
+	Metrics []MetricUse `json:"metrics"`
+	Status  Status      `json:"status"`
+	// Reason says in words why the rule never fires, or, for a rule that
+	// can fire, which of the metrics it reads are missing all the same.
+	Reason string `json:"reason,omitempty"`
+}
+
+// AnalyzeOptions says what the fleet produces beyond the defaults.
+type AnalyzeOptions struct {
+	// OptIn lists metrics the user says are enabled: normally opt-in
+	// dcgm-exporter counters, but any name is accepted, which lets a user
+	// declare a metric from an exporter this package does not know.
+	OptIn []string
+}
+
+// Analyze decides, for every rule of the set, which metrics it reads and
+// whether it can ever fire. It returns one Analysis per rule, in the set's
+// order.
+//
+// A recording rule's output counts as present only when that rule itself
+// can produce a series, so a chain of records fed by a missing metric is
+// followed to the end. The verdict is never_fires only when every branch
+// that could yield a sample needs a missing metric: `a or b` needs one of
+// them, `a unless b` and `absent(b)` need only what stays outside absent,
+// `a and b` and arithmetic need both.
+func Analyze(set *Set, opts AnalyzeOptions) []Analysis {
+	a := newAnalyzer(set, opts)
+	out := make([]Analysis, len(set.Rules))
+	for i, r := range set.Rules {
+		out[i] = a.analyze(r)
+	}
+	return out
+}
+
+type analyzer struct {
+	cat     *catalogue
+	optIn   map[string]bool
+	records map[string][]*Rule
+	// produces holds the recording rules that can produce a series: the
+	// least fixed point, so records that only feed each other stay out.
+	produces map[*Rule]bool
+	// candidates are the names a misspelling is compared against.
+	candidates []string
+}
+
+func newAnalyzer(set *Set, opts AnalyzeOptions) *analyzer {
+	a := &analyzer{
+		cat:      mustCatalogue(),
+		optIn:    map[string]bool{},
+		records:  map[string][]*Rule{},
+		produces: map[*Rule]bool{},
+	}
+	for _, n := range opts.OptIn {
+		a.optIn[n] = true
+	}
+	for _, m := range a.cat.known {
+		a.candidates = append(a.candidates, m.Name)
+	}
+	for _, r := range set.Rules {
+		if r.Kind == KindRecord {
+			if len(a.records[r.Name]) == 0 {
+				a.candidates = append(a.candidates, r.Name)
+			}
+			a.records[r.Name] = append(a.records[r.Name], r)
+		}
+	}
+	for changed := true; changed; {
+		changed = false
+		for _, r := range set.Rules {
+			if r.Kind != KindRecord || a.produces[r] || r.Parsed == nil {
+				continue
+			}
+			if empty, _ := a.empty(r.Parsed); !empty {
+				a.produces[r] = true
+				changed = true
+			}
+		}
+	}
+	return a
+}
+
+// present says whether a metric of that exact name exists.
+func (a *analyzer) present(name string) bool {
+	if a.optIn[name] {
+		return true
+	}
+	if i, ok := a.cat.byName[name]; ok && a.cat.known[i].Availability == AvailDefault {
+		return true
+	}
+	for _, r := range a.records[name] {
+		if a.produces[r] {
+			return true
+		}
+	}
+	return false
+}
+
+// selectorNames returns the metric names a selector can match: its
+// __name__ equality, or the known and recorded names an __name__ regex
+// matches. exact is false when the selector can match names this package
+// cannot enumerate (no name matcher, or a negative one).
+func (a *analyzer) selectorNames(vs *parser.VectorSelector) (names []string, pattern string, exact bool) {
+	for _, m := range vs.LabelMatchers {
+		if m.Name != labels.MetricName {
+			continue
+		}
+		switch m.Type {
+		case labels.MatchEqual:
+			return []string{m.Value}, "", true
+		case labels.MatchRegexp:
+			for _, c := range a.candidates {
+				if m.Matches(c) {
+					names = append(names, c)
+				}
+			}
+			return names, "{" + m.String() + "}", true
+		default:
+			return nil, "", false
+		}
+	}
+	return nil, "", false
+}
+
+// empty says whether the expression surely yields no sample at any time,
+// and which missing metrics make it so.
+func (a *analyzer) empty(e parser.Expr) (bool, []string) {
+	switch e := e.(type) {
+	case *parser.VectorSelector:
+		names, pattern, exact := a.selectorNames(e)
+		if !exact {
+			return false, nil
+		}
+		for _, n := range names {
+			if a.present(n) {
+				return false, nil
+			}
+		}
+		if len(names) == 0 {
+			return true, []string{pattern}
+		}
+		return true, names
+	case *parser.MatrixSelector:
+		return a.empty(e.VectorSelector)
+	case *parser.SubqueryExpr:
+		return a.empty(e.Expr)
+	case *parser.ParenExpr:
+		return a.empty(e.Expr)
+	case *parser.UnaryExpr:
+		return a.empty(e.Expr)
+	case *parser.StepInvariantExpr:
+		return a.empty(e.Expr)
+	case *parser.AggregateExpr:
+		return a.empty(e.Expr)
+	case *parser.Call:
+		return a.emptyCall(e)
+	case *parser.BinaryExpr:
+		return a.emptyBinary(e)
+	}
+	// Literals and durations always have a value.
+	return false, nil
+}
+
+func (a *analyzer) emptyCall(c *parser.Call) (bool, []string) {
+	switch c.Func.Name {
+	case "absent", "absent_over_time":
+		// These return a sample exactly when their argument is empty.
+		return false, nil
+	case "info":
+		// info() passes its first argument through when no info series
+		// matches, so only that argument matters.
+		return a.empty(c.Args[0])
+	}
+	if c.Func.ReturnType == parser.ValueTypeScalar || c.Func.ReturnType == parser.ValueTypeString {
+		return false, nil
+	}
+	var culprits []string
+	for _, arg := range c.Args {
+		if t := arg.Type(); t != parser.ValueTypeVector && t != parser.ValueTypeMatrix {
+			continue
+		}
+		if empty, why := a.empty(arg); empty {
+			culprits = append(culprits, why...)
+		}
+	}
+	// Functions without a vector argument (vector(), time-of-day
+	// functions defaulting to time()) always have a value.
+	return len(culprits) > 0, culprits
+}
+
+func (a *analyzer) emptyBinary(b *parser.BinaryExpr) (bool, []string) {
+	lt, rt := b.LHS.Type(), b.RHS.Type()
+	lv, rv := lt == parser.ValueTypeVector, rt == parser.ValueTypeVector
+	le, lwhy := a.empty(b.LHS)
+	re, rwhy := a.empty(b.RHS)
+	switch {
+	case !lv && !rv:
+		return false, nil
+	case lv && !rv:
+		return le, lwhy
+	case !lv && rv:
+		return re, rwhy
+	}
+	// Fill modifiers let one side stand in for a missing match.
+	fillL, fillR := false, false
+	if vm := b.VectorMatching; vm != nil {
+		fillL, fillR = vm.FillValues.LHS != nil, vm.FillValues.RHS != nil
+	}
+	switch {
+	case b.Op == parser.LOR || (fillL && fillR):
+		if le && re {
+			return true, append(lwhy, rwhy...)
+		}
+		return false, nil
+	case b.Op == parser.LUNLESS || fillR:
+		return le, lwhy
+	case fillL:
+		return re, rwhy
+	}
+	// and, arithmetic and comparisons need a match on both sides.
+	var why []string
+	if le {
+		why = append(why, lwhy...)
+	}
+	if re {
+		why = append(why, rwhy...)
+	}
+	return le || re, why
+}
+
+// uses lists the metrics an expression reads, once each, in order.
+func (a *analyzer) uses(e parser.Expr) []MetricUse {
+	var out []MetricUse
+	seen := map[string]bool{}
+	add := func(u MetricUse) {
+		if !seen[u.Name] {
+			seen[u.Name] = true
+			out = append(out, u)
+		}
+	}
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		vs, ok := n.(*parser.VectorSelector)
+		if !ok {
+			return nil
+		}
+		names, pattern, exact := a.selectorNames(vs)
+		if exact && len(names) == 0 {
+			add(MetricUse{Name: pattern, Availability: AvailUnknown})
+		}
+		for _, name := range names {
+			add(a.use(name))
+		}
+		return nil
+	})
+	return out
+}
+
+func (a *analyzer) use(name string) MetricUse {
+	u := MetricUse{Name: name, Present: a.present(name)}
+	if rs := a.records[name]; len(rs) > 0 {
+		u.Availability = AvailRecorded
+		u.Source = fmt.Sprintf("%s:%d", rs[0].Source, rs[0].Line)
+		return u
+	}
+	if i, ok := a.cat.byName[name]; ok {
+		u.Availability = a.cat.known[i].Availability
+		u.Source = a.cat.known[i].Source
+		return u
+	}
+	u.Availability = AvailUnknown
+	if a.optIn[name] {
+		u.Source = "declared by the caller"
+		return u
+	}
+	if m, ok := lookupElsewhere(name); ok {
+		u.Source = m.exporter
+		u.Suggestion = m.equivalent
+		return u
+	}
+	u.Suggestion = a.didYouMean(name)
+	return u
+}
+
+// didYouMean returns the known or recorded name closest to name, or the
+// fleet equivalent of a similar name from another exporter, or "".
+func (a *analyzer) didYouMean(name string) string {
+	if s, d := suggest.Closest(name, a.candidates); plausible(name, s, d) {
+		return s
+	}
+	if m, ok := a.resembles(name); ok {
+		return m.equivalent
+	}
+	return ""
+}
+
+// plausible says whether a candidate at edit distance d is a plausible
+// correction: within a third of the name's length, or the name with a
+// suffix added or dropped (DCGM_FI_DEV_ECC_DBE_VOL for …_VOL_TOTAL).
+func plausible(name, cand string, d int) bool {
+	if cand == "" {
+		return false
+	}
+	if d <= len(name)/3 {
+		return true
+	}
+	ln, lc := strings.ToLower(name), strings.ToLower(cand)
+	short := min(len(ln), len(lc))
+	return short >= 8 && (strings.HasPrefix(lc, ln) || strings.HasPrefix(ln, lc))
+}
+
+func (a *analyzer) analyze(r *Rule) Analysis {
+	an := Analysis{Rule: r, Status: StatusOK}
+	if r.Parsed == nil {
+		return an
+	}
+	an.Metrics = a.uses(r.Parsed)
+	empty, culprits := a.empty(r.Parsed)
+	var missing []string
+	for _, u := range an.Metrics {
+		if !u.Present {
+			missing = append(missing, u.Name)
+		}
+	}
+	if empty {
+		an.Status = StatusNeverFires
+		an.Reason = fmt.Sprintf("%s reads %s", r.Name, a.explainAll(unique(culprits), map[string]bool{}))
+		return an
+	}
+	if len(missing) > 0 {
+		an.Reason = fmt.Sprintf("%s can fire, but the parts of it that read %s never match", r.Name, a.explainAll(missing, map[string]bool{}))
+	}
+	return an
+}
+
+func unique(s []string) []string {
+	var out []string
+	for _, x := range s {
+		if !slices.Contains(out, x) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (a *analyzer) explainAll(names []string, visiting map[string]bool) string {
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = a.explain(n, visiting)
+	}
+	return strings.Join(parts, "; it also reads ")
+}
+
+// explain says why one metric is missing, following recording rules.
+func (a *analyzer) explain(name string, visiting map[string]bool) string {
+	if rs := a.records[name]; len(rs) > 0 {
+		r := rs[0]
+		if visiting[name] {
+			return fmt.Sprintf("%s, which only recording rules that feed each other produce", name)
+		}
+		visiting[name] = true
+		defer delete(visiting, name)
+		_, why := a.empty(r.Parsed)
+		return fmt.Sprintf("%s, recorded by the rule at %s:%d, which never produces a series because it reads %s",
+			name, r.Source, r.Line, a.explainAll(unique(why), visiting))
+	}
+	if strings.HasPrefix(name, "{") {
+		return fmt.Sprintf("%s, which matches no metric any exporter produces", name)
+	}
+	if i, ok := a.cat.byName[name]; ok {
+		m := a.cat.known[i]
+		if m.Source == "dcgm-exporter" {
+			return fmt.Sprintf("%s, an opt-in counter that dcgm-exporter's default set leaves off (enable it in the exporter's counters CSV, then pass it as opt-in)", name)
+		}
+		return fmt.Sprintf("%s, an opt-in metric that %s leaves off by default", name, m.Source)
+	}
+	u := a.use(name)
+	var s string
+	if m, ok := lookupElsewhere(name); ok {
+		s = fmt.Sprintf("%s, which dcgm-exporter does not export (it comes from %s, an exporter this fleet does not run)", name, m.exporter)
+	} else if m, ok := a.resembles(name); ok {
+		s = fmt.Sprintf("%s, which no exporter produces (it looks like %s from %s, an exporter this fleet does not run)", name, m.name, m.exporter)
+	} else {
+		s = fmt.Sprintf("%s, which no exporter produces", name)
+	}
+	if u.Suggestion != "" {
+		s += fmt.Sprintf("; did you mean %s (%s)?", u.Suggestion, a.use(u.Suggestion).Availability)
+	}
+	return s
+}
+
+// resembles finds the other-exporter metric a name was probably copied
+// from.
+//
+// A name that is a prefix of another exporter's name (or the reverse) is
+// taken first: a unit suffix dropped or added is the usual slip.
+func (a *analyzer) resembles(name string) (elsewhereMetric, bool) {
+	ln := strings.ToLower(name)
+	for _, m := range a.cat.elsewhere {
+		lm := strings.ToLower(m.name)
+		if min(len(ln), len(lm)) >= 8 && (strings.HasPrefix(lm, ln) || strings.HasPrefix(ln, lm)) {
+			return m, true
+		}
+	}
+	var other []string
+	for _, m := range a.cat.elsewhere {
+		other = append(other, m.name)
+	}
+	if s, d := suggest.Closest(name, other); plausible(name, s, d) {
+		return lookupElsewhere(s)
+	}
+	return elsewhereMetric{}, false
+}

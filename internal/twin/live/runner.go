@@ -1,0 +1,353 @@
+package live
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/twin"
+)
+
+// Defaults of Options.
+const (
+	// DefaultScrapeInterval is the twin's sampling interval in live mode:
+	// every second has fresh values, whatever interval Prometheus scrapes at.
+	DefaultScrapeInterval = time.Second
+	// DefaultTick is how often Start advances the twin.
+	DefaultTick = 100 * time.Millisecond
+	// DefaultRetention is how much sample history the twin keeps.
+	DefaultRetention = 15 * time.Minute
+)
+
+// trimFraction sets how often history is trimmed: every tenth of the
+// retention in virtual time, so at most 10 % more than the retention is
+// ever held and the copying is spread thin.
+const trimFraction = 10
+
+// ContentType is the media type of /metrics: the text exposition format.
+const ContentType = "text/plain; version=0.0.4; charset=utf-8"
+
+// Options configure New. Zero values take the documented defaults.
+type Options struct {
+	// Twin configures the twin. A zero ScrapeInterval means
+	// DefaultScrapeInterval; a zero Start means the wall clock's now minus
+	// Warmup, so that after the warm-up the twin's clock reads the wall
+	// clock (at Speed 1).
+	Twin twin.Options
+	// Speed is virtual seconds per wall second; zero means 1.
+	Speed float64
+	// Tick is how often Start advances the twin; zero means DefaultTick.
+	Tick time.Duration
+	// Warmup is virtual time New runs before returning, so baselines and
+	// rates exist from the first scrape.
+	Warmup time.Duration
+	// Retention is how much sample history is kept; zero means
+	// DefaultRetention, negative keeps everything.
+	Retention time.Duration
+	// Logger receives progress; nil discards it.
+	Logger *slog.Logger
+}
+
+// Runner owns a twin and advances it in real time. All its methods are
+// safe for concurrent use; the twin itself is only ever touched with mu
+// held.
+type Runner struct {
+	mu sync.Mutex
+	tw *twin.Twin // guarded by mu
+	// metrics lists the metric names in the order the twin created their
+	// first series; the twin creates every series in New, so it is fixed.
+	metrics []string
+	// wall0 and virt0 anchor virtual to wall time: at wall time w the twin
+	// should read virt0 + Speed × (w − wall0). Guarded by mu.
+	wall0, virt0 time.Time
+	// trimmed is the virtual time of the last trim. Guarded by mu.
+	trimmed time.Time
+
+	speed     float64
+	tick      time.Duration
+	retention time.Duration
+	log       *slog.Logger
+
+	running atomic.Bool
+	missed  atomic.Uint64
+}
+
+// New builds the twin, runs the warm-up and returns a runner whose clock
+// starts now. ctx bounds the warm-up.
+func New(ctx context.Context, opts Options) (*Runner, error) {
+	switch {
+	case opts.Speed < 0 || math.IsNaN(opts.Speed) || math.IsInf(opts.Speed, 0):
+		return nil, fmt.Errorf("live twin: speed must be a positive number, got %v", opts.Speed)
+	case opts.Tick < 0:
+		return nil, fmt.Errorf("live twin: tick must not be negative, got %s", opts.Tick)
+	case opts.Warmup < 0:
+		return nil, fmt.Errorf("live twin: warm-up must not be negative, got %s", opts.Warmup)
+	}
+	r := &Runner{speed: opts.Speed, tick: opts.Tick, retention: opts.Retention, log: opts.Logger}
+	if r.speed == 0 {
+		r.speed = 1
+	}
+	if r.tick == 0 {
+		r.tick = DefaultTick
+	}
+	if r.retention == 0 {
+		r.retention = DefaultRetention
+	}
+	if r.log == nil {
+		r.log = slog.New(slog.DiscardHandler)
+	}
+	to := opts.Twin
+	if to.ScrapeInterval == 0 {
+		to.ScrapeInterval = DefaultScrapeInterval
+	}
+	if to.Start.IsZero() {
+		to.Start = time.Now().Add(-opts.Warmup).Truncate(time.Millisecond)
+	}
+	tw, err := twin.New(to)
+	if err != nil {
+		return nil, fmt.Errorf("live twin: %w", err)
+	}
+	if err := tw.Sleep(ctx, opts.Warmup); err != nil {
+		return nil, fmt.Errorf("live twin: warm up for %s: %w", opts.Warmup, err)
+	}
+	r.trim(tw)
+	seen := map[string]bool{}
+	for _, s := range tw.Series() {
+		if !seen[s.Metric] {
+			seen[s.Metric] = true
+			r.metrics = append(r.metrics, s.Metric)
+		}
+	}
+	r.tw = tw
+	r.wall0, r.virt0 = time.Now(), tw.Now()
+	return r, nil
+}
+
+// Start advances the twin with the wall clock until ctx ends, then returns
+// nil. Ticks are aligned to multiples of the tick interval; a tick missed
+// because the previous one overran is counted (MissedTicks) and its time
+// is caught up on the next, since the twin's clock is set from the wall
+// clock rather than incremented. Start returns an error if the runner is
+// already started.
+func (r *Runner) Start(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("live twin: already started")
+	}
+	defer r.running.Store(false)
+	r.log.Info("live twin started", "speed", r.speed, "tick", r.tick)
+
+	// Align the first tick, as Prometheus spreads its loops over fixed
+	// offsets: ticks then fall at the same phase on every run.
+	align := time.NewTimer(r.tick - time.Duration(time.Now().UnixNano()%int64(r.tick)))
+	defer align.Stop()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-align.C:
+	}
+	ticker := time.NewTicker(r.tick)
+	defer ticker.Stop()
+	prev := time.Now()
+	for {
+		if err := r.advance(ctx, prev); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			r.log.Info("live twin stopped", "missed_ticks", r.missed.Load())
+			return nil
+		case now := <-ticker.C:
+			// A ticker drops ticks its reader was too slow for.
+			if n := int64(now.Sub(prev)/r.tick) - 1; n > 0 {
+				r.missed.Add(uint64(n))
+				r.log.Debug("live twin missed ticks", "missed", n)
+			}
+			prev = now
+		}
+	}
+}
+
+// advance moves the twin to where the wall clock says it should be, and
+// trims its history when due.
+func (r *Runner) advance(ctx context.Context, wall time.Time) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	want := r.virt0.Add(time.Duration(float64(wall.Sub(r.wall0)) * r.speed))
+	d := want.Sub(r.tw.Now())
+	if d <= 0 {
+		return nil
+	}
+	if err := r.tw.Sleep(ctx, d); err != nil {
+		return fmt.Errorf("live twin: advance %s: %w", d, err)
+	}
+	if r.tw.Now().Sub(r.trimmed) >= r.retention/trimFraction {
+		r.trim(r.tw)
+	}
+	return nil
+}
+
+// trim drops history past the retention; the caller holds mu or owns tw.
+func (r *Runner) trim(tw *twin.Twin) {
+	if r.retention > 0 {
+		tw.Trim(tw.Now().Add(-r.retention))
+		r.trimmed = tw.Now()
+	}
+}
+
+// MissedTicks returns how many ticks Start has missed because advancing
+// the twin took longer than a tick.
+func (r *Runner) MissedTicks() uint64 { return r.missed.Load() }
+
+// Running reports whether Start is running.
+func (r *Runner) Running() bool { return r.running.Load() }
+
+// Apply plays effects on ref under key (twin.Twin.Apply), with the lock.
+func (r *Runner) Apply(key string, ref target.Ref, effects []catalog.Effect) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tw.Apply(key, ref, effects)
+}
+
+// Revert undoes key (twin.Twin.Revert), with the lock.
+func (r *Runner) Revert(key string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tw.Revert(key)
+}
+
+// Inventory returns the twin's nodes, GPUs and jobs.
+func (r *Runner) Inventory() target.Inventory {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tw.Inventory()
+}
+
+// Now returns the twin's virtual time.
+func (r *Runner) Now() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tw.Now()
+}
+
+// WithTwin calls fn with the twin while holding the lock, so fn may read
+// the twin (Series, Select, Logs, Active, Job) or act on it. Whatever fn
+// keeps of the twin (the twin itself, series, samples) may be used only
+// inside later WithTwin calls: outside the lock the twin is advancing and
+// trimming. fn must not call the Runner's methods: the lock is not
+// reentrant.
+func (r *Runner) WithTwin(fn func(*twin.Twin)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	fn(r.tw)
+}
+
+// ServeHTTP serves /metrics (the exposition) and /healthz (200 while
+// Start runs, 503 otherwise); other paths are not found.
+func (r *Runner) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	switch req.URL.Path {
+	case "/metrics":
+		var buf bytes.Buffer
+		r.mu.Lock()
+		writeExposition(&buf, r.tw, r.metrics)
+		r.mu.Unlock()
+		// Written after the lock is released: a slow client must not stall
+		// the twin.
+		w.Header().Set("Content-Type", ContentType)
+		w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
+		_, _ = w.Write(buf.Bytes())
+	case "/healthz":
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !r.Running() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("not running\n"))
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	default:
+		http.NotFound(w, req)
+	}
+}
+
+// writeExposition writes the newest non-stale sample of every series of
+// each metric, grouped by metric with its HELP and TYPE lines. A metric
+// none of whose series has a value (every GPU off the bus) is left out
+// entirely. No timestamps: the scraper stamps samples with its scrape time,
+// as it does for dcgm-exporter, so a twin running faster or slower than the
+// wall clock is still accepted.
+func writeExposition(b *bytes.Buffer, tw *twin.Twin, metrics []string) {
+	for _, m := range metrics {
+		header := false
+		for _, s := range tw.Select(m) {
+			n := len(s.Samples)
+			if n == 0 || twin.IsStale(s.Samples[n-1].V) {
+				continue
+			}
+			if !header {
+				f := describe(m)
+				fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", m, escapeHelp(f.help), m, f.typ)
+				header = true
+			}
+			b.WriteString(m)
+			if len(s.Labels) > 0 {
+				b.WriteByte('{')
+				for i, l := range s.Labels {
+					if i > 0 {
+						b.WriteByte(',')
+					}
+					b.WriteString(l.Name)
+					b.WriteString(`="`)
+					b.WriteString(escapeLabel(l.Value))
+					b.WriteByte('"')
+				}
+				b.WriteByte('}')
+			}
+			b.WriteByte(' ')
+			b.WriteString(formatValue(s.Samples[n-1].V))
+			b.WriteByte('\n')
+		}
+	}
+}
+
+var (
+	labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
+)
+
+// escapeLabel escapes a label value as the text format requires:
+// backslash, double quote and line feed.
+func escapeLabel(s string) string { return labelEscaper.Replace(s) }
+
+// escapeHelp escapes a HELP text: backslash and line feed.
+func escapeHelp(s string) string { return helpEscaper.Replace(s) }
+
+// formatValue writes a float as the text format reads it back exactly.
+func formatValue(v float64) string {
+	switch {
+	case math.IsInf(v, 1):
+		return "+Inf"
+	case math.IsInf(v, -1):
+		return "-Inf"
+	case math.IsNaN(v):
+		return "NaN"
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}

@@ -1,0 +1,487 @@
+package live
+
+import (
+	"context"
+	"errors"
+	"io"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/twin"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newRunner(t *testing.T, opts Options) *Runner {
+	t.Helper()
+	r, err := New(t.Context(), opts)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	return r
+}
+
+// start runs r.Start until the test ends and waits for it to return.
+func start(t *testing.T, r *Runner) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Start: %v", err)
+		}
+	})
+	waitFor(t, "the runner to start", r.Running)
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// scrape fetches /metrics from h and parses it.
+func scrape(t *testing.T, h http.Handler) map[string]*expFamily {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
+	}
+	if ct := rec.Header().Get("Content-Type"); ct != ContentType {
+		t.Errorf("Content-Type %q, want %q", ct, ContentType)
+	}
+	fams, _, err := parseExposition(rec.Body)
+	if err != nil {
+		t.Fatalf("/metrics does not parse: %v", err)
+	}
+	return fams
+}
+
+// gpuOf finds one GPU in the runner's inventory.
+func gpuOf(t *testing.T, r *Runner, node string, i int) target.Ref {
+	t.Helper()
+	for _, n := range r.Inventory().Nodes {
+		for _, g := range n.GPUs {
+			if n.Name == node && g.Index == i {
+				return target.Ref{Kind: catalog.ScopeGPU, Node: node, GPU: i, UUID: g.UUID, PCI: g.PCI}
+			}
+		}
+	}
+	t.Fatalf("no GPU %s/%d", node, i)
+	return target.Ref{}
+}
+
+// injector plays a catalogue fault through the runner, as the live engine
+// target does.
+func injector(t *testing.T, r *Runner, id string) (*twinfault.Injector, catalog.Values) {
+	t.Helper()
+	f, ok := catalog.Lookup(id)
+	if !ok {
+		t.Fatalf("fault %s not in the catalogue", id)
+	}
+	v, err := f.Resolve(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return twinfault.New(f, r), v
+}
+
+func hasGPU(f *expFamily, node string, gpu int) bool {
+	if f == nil {
+		return false
+	}
+	for _, s := range f.samples {
+		if s.labels["Hostname"] == node && s.labels["gpu"] == strconv.Itoa(gpu) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestMetricsPage(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, Options{Warmup: 2 * time.Minute})
+	fams := scrape(t, r)
+
+	// Every series the twin has is on the page with its newest value.
+	var metrics int
+	r.WithTwin(func(tw *twin.Twin) {
+		seen := map[string]bool{}
+		for _, s := range tw.Series() {
+			if !seen[s.Metric] {
+				seen[s.Metric] = true
+				metrics++
+			}
+			f := fams[s.Metric]
+			if f == nil {
+				t.Errorf("%s missing from the page", s.Metric)
+				continue
+			}
+			want := s.Samples[len(s.Samples)-1].V
+			found := false
+			for _, smp := range f.samples {
+				if mapsEqual(smp.labels, labelMap(s.Labels)) {
+					found = true
+					if smp.value != want {
+						t.Errorf("%s%s = %v on the page, newest sample %v", s.Metric, s.LabelKey(), smp.value, want)
+					}
+				}
+			}
+			if !found {
+				t.Errorf("%s%s missing from the page", s.Metric, s.LabelKey())
+			}
+		}
+	})
+	if len(fams) != metrics {
+		t.Errorf("%d metrics on the page, the twin has %d", len(fams), metrics)
+	}
+	for _, tc := range []struct{ metric, typ string }{
+		{"DCGM_FI_DEV_GPU_TEMP", "gauge"},
+		{"DCGM_FI_DEV_XID_ERRORS", "gauge"},
+		{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter"},
+		{"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter"},
+		{"gpuchaos_job_restarts_total", "counter"},
+		{"kube_node_status_allocatable", "gauge"},
+	} {
+		if f := fams[tc.metric]; f == nil || f.typ != tc.typ || f.help == "" {
+			t.Errorf("%s: family %+v, want type %s with help", tc.metric, f, tc.typ)
+		}
+	}
+	if n := len(fams["DCGM_FI_DEV_GPU_TEMP"].samples); n != 16 {
+		t.Errorf("%d GPU temperatures, want 16", n)
+	}
+}
+
+// TestOffBus checks that a GPU off the bus disappears from the page, as
+// from dcgm-exporter's, and comes back after recovery.
+func TestOffBus(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, Options{Warmup: time.Minute})
+	ref := gpuOf(t, r, "gpu-node-0", 3)
+	inj, v := injector(t, r, "hardware.fallen-off-bus")
+	advance := func(d time.Duration) {
+		r.WithTwin(func(tw *twin.Twin) {
+			if err := tw.Sleep(t.Context(), d); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	if err := inj.Inject(t.Context(), "k", ref, v); err != nil {
+		t.Fatal(err)
+	}
+	advance(2 * time.Second)
+	fams := scrape(t, r)
+	for name, f := range fams {
+		if hasGPU(f, "gpu-node-0", 3) {
+			t.Errorf("%s still shows the GPU off the bus", name)
+		}
+	}
+	if f := fams["DCGM_FI_DEV_GPU_TEMP"]; len(f.samples) != 15 || !hasGPU(f, "gpu-node-0", 4) {
+		t.Errorf("%d GPU temperatures while one GPU is off the bus, want the other 15", len(f.samples))
+	}
+	if err := inj.Recover(t.Context(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	advance(2 * time.Second)
+	if !hasGPU(scrape(t, r)["DCGM_FI_DEV_GPU_TEMP"], "gpu-node-0", 3) {
+		t.Error("GPU not back on the page after recovery")
+	}
+}
+
+func labelMap(ls twin.Labels) map[string]string {
+	m := map[string]string{}
+	for _, l := range ls {
+		m[l.Name] = l.Value
+	}
+	return m
+}
+
+func TestEscaping(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, in, label, help string
+	}{
+		{"plain", "H200", "H200", "H200"},
+		{"quote", `say "hi"`, `say \"hi\"`, `say "hi"`},
+		{"backslash", `a\b`, `a\\b`, `a\\b`},
+		{"line feed", "a\nb", `a\nb`, `a\nb`},
+		{"escape-looking text", `\n`, `\\n`, `\\n`},
+		{"unicode", "GPU-é", "GPU-é", "GPU-é"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := escapeLabel(tc.in); got != tc.label {
+				t.Errorf("escapeLabel(%q) = %q, want %q", tc.in, got, tc.label)
+			}
+			if got := escapeHelp(tc.in); got != tc.help {
+				t.Errorf("escapeHelp(%q) = %q, want %q", tc.in, got, tc.help)
+			}
+		})
+	}
+}
+
+func TestFormatValue(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   float64
+		want string
+	}{
+		{0, "0"}, {65, "65"}, {0.9731, "0.9731"}, {-2.5, "-2.5"},
+		{1.23e21, "1.23e+21"}, {math.Inf(1), "+Inf"}, {math.Inf(-1), "-Inf"}, {math.NaN(), "NaN"},
+	}
+	for _, tc := range tests {
+		if got := formatValue(tc.in); got != tc.want {
+			t.Errorf("formatValue(%v) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+}
+
+// FuzzLabelRoundTrip checks that any label value survives escaping and the
+// text format's rules for reading it back.
+func FuzzLabelRoundTrip(f *testing.F) {
+	for _, s := range []string{"", "H200", `a"b`, `a\b`, "a\nb", `\\n"`, "\x00\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		page := "# HELP m h\n# TYPE m gauge\nm{l=\"" + escapeLabel(v) + "\"} 1\n"
+		fams, _, err := parseExposition(strings.NewReader(page))
+		if err != nil {
+			t.Fatalf("value %q: %v\n%s", v, err, page)
+		}
+		if got := fams["m"].samples[0].labels["l"]; got != v {
+			t.Fatalf("value %q read back as %q", v, got)
+		}
+	})
+}
+
+func TestStart(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, Options{Speed: 20, Tick: 10 * time.Millisecond})
+	h := httptest.NewRecorder()
+	r.ServeHTTP(h, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	if h.Code != http.StatusServiceUnavailable {
+		t.Errorf("/healthz before Start: %d, want 503", h.Code)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	v0, w0 := r.Now(), time.Now()
+	go func() { done <- r.Start(ctx) }()
+	waitFor(t, "Start", r.Running)
+	if err := r.Start(ctx); err == nil {
+		t.Error("a second Start while running succeeded")
+	}
+	h = httptest.NewRecorder()
+	r.ServeHTTP(h, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+	if h.Code != http.StatusOK || h.Body.String() != "ok\n" {
+		t.Errorf("/healthz while running: %d %q", h.Code, h.Body)
+	}
+	time.Sleep(150 * time.Millisecond)
+	// Holding the lock for six ticks makes Start miss some.
+	r.WithTwin(func(*twin.Twin) { time.Sleep(60 * time.Millisecond) })
+	time.Sleep(150 * time.Millisecond)
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Start returned %v after cancel, want nil", err)
+	}
+	virt, wall := r.Now().Sub(v0), time.Since(w0)
+	// 20 virtual seconds per wall second, within a tick and scheduling
+	// slack either way.
+	if lo, hi := 20*(wall-100*time.Millisecond), 20*(wall+50*time.Millisecond); virt < lo || virt > hi {
+		t.Errorf("twin advanced %s in %s of wall time at speed 20, want %s to %s", virt, wall, lo, hi)
+	}
+	if r.Running() {
+		t.Error("Running after Start returned")
+	}
+	if n := r.MissedTicks(); n < 2 {
+		t.Errorf("%d missed ticks counted after blocking the runner for six ticks, want at least 2", n)
+	}
+}
+
+func TestRetention(t *testing.T) {
+	t.Parallel()
+	const keep = 5 * time.Second
+	r := newRunner(t, Options{Warmup: time.Minute, Retention: keep, Speed: 50, Tick: 10 * time.Millisecond})
+	oldest := func() time.Duration {
+		var age time.Duration
+		r.WithTwin(func(tw *twin.Twin) {
+			for _, s := range tw.Series() {
+				if len(s.Samples) > 1 {
+					age = max(age, tw.Now().Sub(s.Samples[0].Time()))
+				}
+			}
+		})
+		return age
+	}
+	if age := oldest(); age > keep {
+		t.Errorf("after the warm-up the oldest sample is %s old, want at most %s", age, keep)
+	}
+	start(t, r)
+	v0 := r.Now()
+	waitFor(t, "20s of virtual time", func() bool { return r.Now().Sub(v0) > 20*time.Second })
+	// Trims come every tenth of the retention; one tick (0.5 s virtual)
+	// may pass on top.
+	if age, limit := oldest(), keep+keep/trimFraction+time.Second; age > limit {
+		t.Errorf("running, the oldest sample is %s old, want at most %s", age, limit)
+	}
+}
+
+// TestConcurrent scrapes, injects, recovers and reads the twin from several
+// goroutines while Start advances it; run with -race.
+func TestConcurrent(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, Options{Warmup: time.Minute, Speed: 10, Tick: 5 * time.Millisecond})
+	start(t, r)
+	srv := httptest.NewServer(r)
+	defer srv.Close()
+	client := srv.Client()
+	defer client.CloseIdleConnections()
+
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	for range 4 {
+		wg.Go(func() {
+			for range 15 {
+				resp, err := client.Get(srv.URL + "/metrics")
+				if err != nil {
+					errs <- err
+					return
+				}
+				body, err := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if err != nil {
+					errs <- err
+					return
+				}
+				if _, _, err := parseExposition(strings.NewReader(string(body))); err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	inj, v := injector(t, r, "hardware.fallen-off-bus")
+	var refs []target.Ref
+	for i := range 4 {
+		refs = append(refs, gpuOf(t, r, "gpu-node-1", i))
+	}
+	wg.Go(func() {
+		for i, ref := range refs {
+			key := "off-" + strconv.Itoa(i)
+			if err := inj.Inject(context.Background(), key, ref, v); err != nil {
+				errs <- err
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+			if err := inj.Recover(context.Background(), key); err != nil {
+				errs <- err
+				return
+			}
+		}
+	})
+	wg.Go(func() {
+		for range 50 {
+			_ = r.Now()
+			_ = r.Inventory()
+			r.WithTwin(func(tw *twin.Twin) { _ = len(tw.Select("DCGM_FI_DEV_GPU_TEMP")) + len(tw.Logs()) })
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	r.WithTwin(func(tw *twin.Twin) {
+		if a := tw.Active(); len(a) != 0 {
+			t.Errorf("still applied after every recovery: %v", a)
+		}
+	})
+}
+
+func TestNew(t *testing.T) {
+	t.Parallel()
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	tests := []struct {
+		name string
+		ctx  context.Context
+		opts Options
+		want string
+		is   error
+	}{
+		{"negative speed", t.Context(), Options{Speed: -1}, "speed must be a positive number", nil},
+		{"NaN speed", t.Context(), Options{Speed: math.NaN()}, "speed must be a positive number", nil},
+		{"negative tick", t.Context(), Options{Tick: -time.Second}, "tick must not be negative", nil},
+		{"negative warm-up", t.Context(), Options{Warmup: -time.Second}, "warm-up must not be negative", nil},
+		{"invalid cluster", t.Context(), Options{Twin: twin.Options{Spec: twin.ClusterSpec{Nodes: twin.NodesSpec{Model: "Z9000"}}}}, "Z9000", nil},
+		{"warm-up cancelled", cancelled, Options{Warmup: time.Hour}, "warm up for 1h0m0s", context.Canceled},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(tc.ctx, tc.opts)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("New: %v, want an error containing %q", err, tc.want)
+			}
+			if tc.is != nil && !errors.Is(err, tc.is) {
+				t.Errorf("New: %v, want it to wrap %v", err, tc.is)
+			}
+		})
+	}
+	t.Run("defaults", func(t *testing.T) {
+		before := time.Now()
+		r, err := New(t.Context(), Options{Warmup: 10 * time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The twin's clock reads the wall clock after the warm-up.
+		if now := r.Now(); now.Before(before.Add(-time.Second)) || now.After(time.Now()) {
+			t.Errorf("twin time %s after the warm-up, wall clock %s", now, before)
+		}
+		r.WithTwin(func(tw *twin.Twin) {
+			s := tw.Select("DCGM_FI_DEV_GPU_TEMP")[0].Samples
+			if d := s[len(s)-1].Time().Sub(s[len(s)-2].Time()); d != DefaultScrapeInterval {
+				t.Errorf("samples %s apart, want %s", d, DefaultScrapeInterval)
+			}
+		})
+	})
+}
+
+func TestHTTP(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, Options{})
+	tests := []struct {
+		method, path string
+		code         int
+	}{
+		{http.MethodGet, "/metrics", http.StatusOK},
+		{http.MethodHead, "/metrics", http.StatusOK},
+		{http.MethodPost, "/metrics", http.StatusMethodNotAllowed},
+		{http.MethodGet, "/", http.StatusNotFound},
+		{http.MethodGet, "/metrics/x", http.StatusNotFound},
+	}
+	for _, tc := range tests {
+		rec := httptest.NewRecorder()
+		r.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.path, nil))
+		if rec.Code != tc.code {
+			t.Errorf("%s %s: %d, want %d", tc.method, tc.path, rec.Code, tc.code)
+		}
+	}
+}
