@@ -256,7 +256,18 @@ func (r *runner) suggest(ctx context.Context, res *Result) ([]Suggestion, error)
 func noSuggestion(fr *FaultResult, base Baseline) string {
 	const none = "no rule of the recommended pack catches it on this twin"
 	loss := base.Job.Goodput - fr.Job.Goodput
+	var optIn []string
+	allOptIn := len(fr.Fault.Signature.Series) > 0
+	for _, name := range fr.Fault.Signature.Series {
+		if m, ok := rules.LookupMetric(name); ok && m.Availability == rules.AvailOptIn {
+			optIn = append(optIn, name)
+		} else {
+			allOptIn = false
+		}
+	}
 	switch {
+	case allOptIn:
+		return fmt.Sprintf("%s: the only series it moves are opt-in counters dcgm-exporter leaves off (%s); enable them and alert on their increase", none, strings.Join(optIn, ", "))
 	case loss < 0.005:
 		return none + " within the deadline; the fault costs the job no goodput in the window (its harm shows later: at a restart, at scale, or past the deadline)"
 	case fr.Fault.Signature.Silent:

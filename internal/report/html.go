@@ -41,7 +41,7 @@ func CoverageHTML(w io.Writer, res *coverage.Result, title string) error {
 		}
 		rows = append(rows, r)
 	}
-	return coverageTmpl.Execute(w, map[string]any{"Title": title, "Doc": doc, "Rows": rows, "Detectors": res.Detectors, "Timelines": timelines(res)})
+	return coverageTmpl.Execute(w, map[string]any{"Title": title, "Doc": doc, "Rows": rows, "Detectors": res.Detectors, "Timelines": timelines(res), "Never": neverFires(res)})
 }
 
 // timeline is one fault's detections drawn on its time axis.
@@ -112,7 +112,8 @@ td.f{text-align:left;font-family:ui-monospace,monospace}td.missed{background:#fd
 td.fast{background:#1a9850;color:#fff}td.pass{background:#91cf60}
 td.late{background:#fee08b}td.miss{background:#fafafa;color:#bbb}td.error{background:#d73027;color:#fff}
 tr.fam td{background:#eef0f5;text-align:left;font-weight:600}
-h2{font-size:16px;margin:24px 0 4px}.tl .f{font-family:ui-monospace,monospace;margin-top:8px}
+h2{font-size:16px;margin:24px 0 4px}th.never{color:#999;text-decoration:line-through}.src{color:#777;font-size:12px}
+table.sg td.x{text-align:left;white-space:normal;max-width:720px}.tl .f{font-family:ui-monospace,monospace;margin-top:8px}
 .legend span{display:inline-block;padding:2px 8px;margin-right:6px;border:1px solid #d8dbe2}
 </style></head><body>
 <h1>{{.Title}}</h1>
@@ -121,9 +122,15 @@ h2{font-size:16px;margin:24px 0 4px}.tl .f{font-family:ui-monospace,monospace;ma
 Goodput {{printf "%.3f" .Doc.Summary.BaselineGoodput}} fault-free, {{printf "%.3f" .Doc.Summary.Goodput}} on average under a fault.
 {{if .Doc.Baseline.FalsePositives}}False positives on the fault-free twin: {{range .Doc.Baseline.FalsePositives}}{{.}} {{end}}{{end}}</div>
 <div class="legend"><span class="fast" style="background:#1a9850;color:#fff">≤ 1 min</span><span style="background:#91cf60">within deadline</span><span style="background:#fee08b">late</span><span style="background:#d73027;color:#fff">error</span><span>not detected</span><span style="background:#fde0dd;color:#a50f15">fault nothing noticed</span></div>
-<table><thead><tr><th>fault</th><th>target</th><th>goodput</th>{{range .Detectors}}<th class="d" title="{{.Rule}}">{{.Name}}</th>{{end}}</tr></thead><tbody>
+<table><thead><tr><th>fault</th><th>target</th><th>goodput</th>{{range .Detectors}}<th class="d{{if eq .Status "never_fires"}} never{{end}}" title="{{.Rule}}{{if .Reason}} — {{.Reason}}{{end}}">{{.Name}}</th>{{end}}</tr></thead><tbody>
 {{range .Rows}}<tr><td class="f{{if .Missed}} missed{{end}}" title="{{.Family}}{{if .Missed}}: nothing noticed this fault{{end}}">{{.ID}}</td><td class="f">{{.Target}}</td><td>{{.Goodput}}</td>{{range .Cells}}<td class="{{.Class}}" title="{{.Title}}">{{.Text}}</td>{{end}}</tr>
 {{end}}</tbody></table>
+{{with .Never}}<h2>Rules that can never fire</h2><ul>{{range .}}<li><b>{{.Name}}</b> <span class="src">{{.Source}}</span>: {{.Reason}}</li>{{end}}</ul>{{end}}
+{{with .Doc.Suggestions}}<h2>Suggestions for the faults no rule caught</h2>
+<p class="sum">From the recommended pack; each was re-run on the twin and stayed silent over a fault-free hour.</p>
+<table class="sg"><thead><tr><th>fault</th><th>rule</th><th>time to detect</th><th>expression or reason</th></tr></thead><tbody>
+{{range .}}<tr><td class="f">{{.Fault}}</td>{{if .Rule}}<td class="f">{{.Rule}}</td><td>{{printf "%.0f" .TTDSeconds}}s</td><td class="x"><code>{{.Expr}}</code></td>{{else}}<td>—</td><td>—</td><td class="x">{{.Note}}</td>{{end}}</tr>
+{{end}}</tbody></table>{{end}}
 <h2>Timelines</h2>
 <p class="sum">Per fault: the shaded band is the fault window, the dashed line the deadline, each dot a detector's first firing.</p>
 {{range .Timelines}}<div class="tl"><div class="f">{{.ID}}</div>
@@ -137,3 +144,14 @@ Goodput {{printf "%.3f" .Doc.Summary.BaselineGoodput}} fault-free, {{printf "%.3
 {{end}}
 </body></html>
 `))
+
+// neverFires lists the rules under test that can never fire.
+func neverFires(res *coverage.Result) []coverage.RuleReport {
+	var out []coverage.RuleReport
+	for _, r := range res.Rules {
+		if r.Status == "never_fires" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
