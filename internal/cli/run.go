@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"context"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -14,6 +16,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/engine"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/twin/live"
 )
 
 func newRunCmd() *cobra.Command {
@@ -25,6 +28,9 @@ func newRunCmd() *cobra.Command {
 		cluster    string
 		warmup     time.Duration
 		recordPath string
+		listen     string
+		promURL    string
+		settle     time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "run FILE",
@@ -36,20 +42,27 @@ met or the fault window closes, recover (always, also on error or Ctrl-C),
 and print a verdict per expectation: pass, late, missed or error, with the
 time to detect.
 
+Targets: twin (default) runs on the embedded twin's virtual clock, minutes in
+milliseconds. live runs the twin in real time, serves its metrics on --listen
+for your Prometheus to scrape, and runs the experiment on the wall clock, so
+expectations can be probes of that Prometheus (alerts firing, or any query):
+the observability loop against a real server.
+
 --dry-run prints exactly what would be touched and injects nothing.
 The exit code is 0 when every expectation passed, 1 when one did not, and 2
 on a bad file or flag.`,
 		Example: `  gpuchaos run examples/xid-79.yaml
   gpuchaos run examples/xid-79.yaml --dry-run
-  gpuchaos run examples/thermal.yaml --format json --record run.json`,
+  gpuchaos run examples/thermal.yaml --format json --record run.json
+  gpuchaos run examples/live-gpu-missing.yaml --target live --prometheus http://127.0.0.1:9090`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			exp, err := loadExperiment(args[0])
 			if err != nil {
 				return err
 			}
-			if targetName != "twin" {
-				return fmt.Errorf("--target: %s is not available in this build; only the twin target is", targetName)
+			if targetName != "twin" && targetName != "live" {
+				return fmt.Errorf("--target: %s is not available in this build; use twin or live", targetName)
 			}
 			spec := twin.Default()
 			if cluster != "" {
@@ -57,17 +70,33 @@ on a bad file or flag.`,
 					return err
 				}
 			}
-			tw, err := twin.New(twin.Options{Spec: spec, Seed: seed})
-			if err != nil {
-				return err
-			}
 			out := cmd.OutOrStdout()
 			progress := func(ev engine.Event) {
 				if f == "table" {
 					fmt.Fprintf(out, "%+8.0fs  %-12s %s %s\n", ev.Offset, ev.Kind, ev.Name, ev.Detail)
 				}
 			}
-			eng := engine.New(engine.Options{Target: engine.TwinTarget{Twin: tw}, Seed: seed, OnEvent: progress})
+			opts := engine.Options{Seed: seed, OnEvent: progress}
+			var tw *twin.Twin
+			// A dry run plans on a virtual twin of the same cluster: the
+			// inventory is the same and nothing is served.
+			if targetName == "live" && !dryRun {
+				if f == "table" {
+					fmt.Fprintf(out, "Warming the twin up for %s of virtual time.\n", warmup)
+				}
+				stop, lt, err := startLive(cmd, spec, seed, warmup, listen, promURL)
+				if err != nil {
+					return err
+				}
+				defer stop()
+				opts.Target, opts.PollInterval = lt, time.Second
+			} else {
+				if tw, err = twin.New(twin.Options{Spec: spec, Seed: seed}); err != nil {
+					return err
+				}
+				opts.Target = engine.TwinTarget{Twin: tw}
+			}
+			eng := engine.New(opts)
 			if dryRun {
 				plan, err := eng.Plan(cmd.Context(), exp)
 				if err != nil {
@@ -81,11 +110,20 @@ on a bad file or flag.`,
 			if _, err := eng.Plan(cmd.Context(), exp); err != nil {
 				return locate(exp, args[0], err)
 			}
-			if f == "table" {
-				fmt.Fprintf(out, "Warming the twin up for %s of virtual time.\n", warmup)
-			}
-			if err := tw.Sleep(cmd.Context(), warmup); err != nil {
-				return failed(err)
+			if tw != nil {
+				if f == "table" {
+					fmt.Fprintf(out, "Warming the twin up for %s of virtual time.\n", warmup)
+				}
+				if err := tw.Sleep(cmd.Context(), warmup); err != nil {
+					return failed(err)
+				}
+			} else if settle > 0 {
+				if f == "table" {
+					fmt.Fprintf(out, "Letting Prometheus scrape the fault-free twin for %s.\n", settle)
+				}
+				if err := opts.Target.Sleep(cmd.Context(), settle); err != nil {
+					return failed(err)
+				}
 			}
 			rec, runErr := eng.Run(cmd.Context(), exp)
 			if rec == nil {
@@ -113,7 +151,10 @@ on a bad file or flag.`,
 		},
 	}
 	addFormatFlag(cmd, &f)
-	cmd.Flags().StringVar(&targetName, "target", "twin", "where to run: twin (local and k8s arrive with the node layer and controller)")
+	cmd.Flags().StringVar(&targetName, "target", "twin", "where to run: twin (virtual clock) or live (real time, metrics served for a real Prometheus); local and k8s arrive with the node layer and controller")
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9400", "live: where to serve the twin's /metrics")
+	cmd.Flags().StringVar(&promURL, "prometheus", "http://127.0.0.1:9090", "live: the Prometheus that prometheus probes ask")
+	cmd.Flags().DurationVar(&settle, "settle", 15*time.Second, "live: wall time to let Prometheus scrape before the experiment")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be touched; inject nothing")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the twin and of target selection")
 	cmd.Flags().StringVar(&cluster, "cluster", "", "twin cluster spec YAML (default: two 8-GPU H200 nodes)")
@@ -208,4 +249,24 @@ func writeRecord(path string, rec *engine.Record) error {
 		return fmt.Errorf("write record %s: %w", path, err)
 	}
 	return f.Close()
+}
+
+// startLive runs the twin in real time and serves its metrics on listen in
+// the background, for --target live. stop ends both and waits for them.
+func startLive(cmd *cobra.Command, spec twin.ClusterSpec, seed uint64, warmup time.Duration, listen, promURL string) (stop func(), _ engine.LiveTarget, _ error) {
+	ctx, cancel := context.WithCancel(cmd.Context())
+	r, err := live.New(ctx, live.Options{Twin: twin.Options{Spec: spec, Seed: seed}, Warmup: warmup})
+	if err != nil {
+		cancel()
+		return nil, engine.LiveTarget{}, failed(err)
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		cancel()
+		return nil, engine.LiveTarget{}, fmt.Errorf("--listen: %w", err)
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "Serving the twin's metrics at http://%s/metrics; probes ask %s.\n", ln.Addr(), promURL)
+	done := make(chan error, 1)
+	go func() { done <- serveTwin(ctx, r, ln) }()
+	return func() { cancel(); <-done }, engine.LiveTarget{Runner: r, Prometheus: promURL}, nil
 }
