@@ -74,7 +74,7 @@ func (s Suggestion) Text() string {
 	if s.Rule == "" {
 		return fmt.Sprintf("%s: %s", s.Fault, s.Note)
 	}
-	return fmt.Sprintf("%s: add %s — fires %.0fs after injection on a re-run and stays silent over a fault-free hour: %s", s.Fault, s.Rule, s.TTDSeconds, oneLine(s.Expr))
+	return fmt.Sprintf("%s: add %s (fired %.0fs after injection on a re-run; silent over a fault-free hour)", s.Fault, s.Rule, s.TTDSeconds)
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
