@@ -61,52 +61,33 @@ func Selector(src Source, metric string, matchers map[string]string) Expr {
 // Increase is PromQL's increase(metric[window]) without extrapolation: the
 // growth of a counter over the window, counting resets as restarts from 0.
 func Increase(src Source, metric string, matchers map[string]string, window time.Duration) Expr {
-	return func(t time.Time) Vector {
-		var out Vector
-		for _, s := range src.Select(metric) {
-			if !matches(s.Labels, matchers) {
-				continue
-			}
-			w := window_(s.Samples, t.Add(-window), t)
-			if len(w) < 2 {
-				continue
-			}
-			inc := 0.0
-			for i := 1; i < len(w); i++ {
-				d := w[i].V - w[i-1].V
-				if d < 0 {
-					d = w[i].V
-				}
-				inc += d
-			}
-			out = append(out, Point{s.Labels, inc, s.LabelKey()})
+	return overTime(src, metric, matchers, window, 0, func(w []twin.Sample) (float64, bool) {
+		if len(w) < 2 {
+			return 0, false
 		}
-		return out
-	}
+		inc := 0.0
+		for i := 1; i < len(w); i++ {
+			d := w[i].V - w[i-1].V
+			if d < 0 {
+				d = w[i].V
+			}
+			inc += d
+		}
+		return inc, true
+	})
 }
 
 // Baseline is the median of each series over [t-from, t-to]: what "normal"
 // looked like before now, skipping the recent past so a fault in progress
 // does not drag its own baseline down.
 func Baseline(src Source, metric string, matchers map[string]string, from, to time.Duration) Expr {
-	return func(t time.Time) Vector {
-		var out Vector
-		for _, s := range src.Select(metric) {
-			if !matches(s.Labels, matchers) {
-				continue
-			}
-			w := window_(s.Samples, t.Add(-from), t.Add(-to))
-			if len(w) == 0 {
-				continue
-			}
-			vs := make([]float64, len(w))
-			for i, x := range w {
-				vs[i] = x.V
-			}
-			out = append(out, Point{s.Labels, median(vs), s.LabelKey()})
+	return overTime(src, metric, matchers, from, to, func(w []twin.Sample) (float64, bool) {
+		vs := make([]float64, len(w))
+		for i, x := range w {
+			vs[i] = x.V
 		}
-		return out
-	}
+		return median(vs), len(w) > 0
+	})
 }
 
 // Compare keeps the points of e for which `value OP v` holds (PromQL's
@@ -443,21 +424,27 @@ func Age(e Expr) Expr {
 // AvgOverTime is PromQL's avg_over_time(metric[window]): the mean of each
 // series' samples in (t-window, t].
 func AvgOverTime(src Source, metric string, matchers map[string]string, window time.Duration) Expr {
+	return overTime(src, metric, matchers, window, 0, func(w []twin.Sample) (float64, bool) {
+		sum := 0.0
+		for _, x := range w {
+			sum += x.V
+		}
+		return sum / float64(len(w)), len(w) > 0
+	})
+}
+
+// overTime applies a range function to each matching series' samples in
+// (t-from, t-to]; reduce reports false to leave the series out.
+func overTime(src Source, metric string, matchers map[string]string, from, to time.Duration, reduce func([]twin.Sample) (float64, bool)) Expr {
 	return func(t time.Time) Vector {
 		var out Vector
 		for _, s := range src.Select(metric) {
 			if !matches(s.Labels, matchers) {
 				continue
 			}
-			w := window_(s.Samples, t.Add(-window), t)
-			if len(w) == 0 {
-				continue
+			if v, ok := reduce(window_(s.Samples, t.Add(-from), t.Add(-to))); ok {
+				out = append(out, Point{s.Labels, v, s.LabelKey()})
 			}
-			sum := 0.0
-			for _, x := range w {
-				sum += x.V
-			}
-			out = append(out, Point{s.Labels, sum / float64(len(w)), s.LabelKey()})
 		}
 		return out
 	}
