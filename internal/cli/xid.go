@@ -28,7 +28,7 @@ parser use.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
-	cmd.AddCommand(newXIDParseCmd(), newXIDCodesCmd())
+	cmd.AddCommand(newXIDParseCmd(), newXIDCodesCmd(), newXIDBenchCmd())
 	return cmd
 }
 

@@ -11,11 +11,11 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 )
 
-// xidPriority is the syslog level of NVRM Xid lines. The driver prints
-// them through its error path, and dmesg shows them at warning level on the
-// machines in DESIGN.md §5; log watchers (gpud, NPD) match the text, not
-// the level.
-const xidPriority = 4
+// xidPriority is the syslog level of NVRM Xid lines: the driver prints them
+// with printk(KERN_ERR …) from os_log_error, so 3 (err), as the kernel-log
+// injector (internal/fault/kmsgxid) writes them too. Log watchers (gpud, NPD)
+// match the text, not the level.
+const xidPriority = 3
 
 // application is one applied key: its resolved targets and effects. While
 // it is active its effects hold; the twin's modifiers are recomputed from

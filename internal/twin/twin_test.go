@@ -217,8 +217,8 @@ func TestXID79OffBus(t *testing.T) {
 		t.Fatalf("want one kernel log line, got %v", lines)
 	}
 	l := lines[0]
-	if want := "NVRM: Xid (PCI:0000:5d:00): 79, pid="; !strings.HasPrefix(l.Text, want) || l.Node != "gpu-node-0" || l.Priority != 4 {
-		t.Errorf("log line %+v, want prefix %q on gpu-node-0 at priority 4", l, want)
+	if want := "NVRM: Xid (PCI:0000:5d:00): 79, pid="; !strings.HasPrefix(l.Text, want) || l.Node != "gpu-node-0" || l.Priority != 3 {
+		t.Errorf("log line %+v, want prefix %q on gpu-node-0 at priority 3 (err)", l, want)
 	}
 	if !strings.Contains(l.Text, "fallen off the bus") {
 		t.Errorf("log line %q lacks the XID 79 text", l.Text)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/kmsgxid"
 	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
 )
 
@@ -14,6 +15,9 @@ import (
 type Env struct {
 	// Twin is set when the target is the digital twin.
 	Twin twinfault.Player
+	// Kmsg writes kernel log records for the kernel-log mechanism; a
+	// kmsg.Writer on a local target. Nil refuses the mechanism.
+	Kmsg kmsgxid.Writer
 }
 
 // Injector returns the injector implementing mechanism m of fault f.
@@ -26,6 +30,11 @@ func Injector(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, 
 			return nil, fmt.Errorf("mechanism twin of %s needs the twin target", f.ID)
 		}
 		return twinfault.New(f, env.Twin), nil
+	case "kernel-log":
+		if env.Kmsg == nil {
+			return nil, fmt.Errorf("mechanism kernel-log of %s needs the kernel log of a local node", f.ID)
+		}
+		return kmsgxid.New(f, env.Kmsg)
 	}
 	return nil, fmt.Errorf("mechanism %s of %s has no injector in this build", m.Name, f.ID)
 }

@@ -22,6 +22,11 @@ type Env struct {
 	// Applied reports, by looking at the target rather than asking the
 	// injector, whether the key's fault is in effect.
 	Applied func(key string) bool
+	// Count, set instead of Applied, is for one-shot faults that recovery
+	// cannot undo (a line written to the kernel log): it counts the
+	// effects seen on the target, which injecting a key must raise by one
+	// exactly once and recovering must leave as they are.
+	Count func() int
 	// Vanish makes the target disappear (a GPU falls off the bus, a
 	// process exits). Nil skips the vanished-target check.
 	Vanish func()
@@ -35,6 +40,15 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 
 	t.Run("inject twice is one injection", func(t *testing.T) {
 		e := newEnv(t)
+		if e.Count != nil {
+			must(t, "first inject", e.Injector.Inject(ctx, key, e.Ref, e.Values))
+			must(t, "second inject", e.Injector.Inject(ctx, key, e.Ref, e.Values))
+			must(t, "recover", e.Injector.Recover(ctx, key))
+			if n := e.Count(); n != 1 {
+				t.Fatalf("%d effects after two injects of one key and a recover, want 1", n)
+			}
+			return
+		}
 		must(t, "first inject", e.Injector.Inject(ctx, key, e.Ref, e.Values))
 		must(t, "second inject", e.Injector.Inject(ctx, key, e.Ref, e.Values))
 		if !e.Applied(key) {
@@ -50,6 +64,12 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 		must(t, "inject", e.Injector.Inject(ctx, key, e.Ref, e.Values))
 		must(t, "first recover", e.Injector.Recover(ctx, key))
 		must(t, "second recover", e.Injector.Recover(ctx, key))
+		if e.Count != nil {
+			if n := e.Count(); n != 1 {
+				t.Fatalf("%d effects after inject and two recovers, want 1", n)
+			}
+			return
+		}
 		if e.Applied(key) {
 			t.Fatal("fault still in effect after recover")
 		}
@@ -57,7 +77,7 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 	t.Run("recover with nothing injected", func(t *testing.T) {
 		e := newEnv(t)
 		must(t, "recover", e.Injector.Recover(ctx, key))
-		if e.Applied(key) {
+		if e.applied(key) {
 			t.Fatal("recover applied something")
 		}
 	})
@@ -65,10 +85,17 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 		e := newEnv(t)
 		cctx, cancel := context.WithCancel(ctx)
 		cancel()
-		if err := e.Injector.Inject(cctx, key, e.Ref, e.Values); err == nil && !e.Applied(key) {
+		err := e.Injector.Inject(cctx, key, e.Ref, e.Values)
+		if err == nil && !e.applied(key) {
 			t.Fatal("inject with a cancelled context reported success but applied nothing")
 		}
 		must(t, "recover after cancelled inject", e.Injector.Recover(ctx, key))
+		if e.Count != nil {
+			if err != nil && e.Count() != 0 {
+				t.Fatal("a cancelled inject that failed left an effect")
+			}
+			return
+		}
 		if e.Applied(key) {
 			t.Fatal("fault left in effect after a cancelled inject and recover")
 		}
@@ -84,6 +111,15 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 			t.Fatalf("recover after the target vanished: %v", err)
 		}
 	})
+}
+
+// applied reports whether anything of the key is in effect, by Applied or,
+// for one-shot faults, by any effect counted.
+func (e Env) applied(key string) bool {
+	if e.Count != nil {
+		return e.Count() > 0
+	}
+	return e.Applied(key)
 }
 
 func must(t *testing.T, what string, err error) {
