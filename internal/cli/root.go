@@ -87,6 +87,8 @@ digital twin of two 8-GPU H200 nodes, no GPU or cluster needed.`,
 		newXIDCmd(),
 		newTopoCmd(),
 		newTwinCmd(),
+		newAgentCmd(),
+		newBurnCmd(),
 	)
 	return root
 }

@@ -1,0 +1,305 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/gpu"
+)
+
+// DefaultInterval is how often the agent samples the GPUs.
+const DefaultInterval = time.Second
+
+// ContentType is the media type of /metrics: the text exposition format.
+const ContentType = "text/plain; version=0.0.4; charset=utf-8"
+
+// Options configure New. Zero values take the documented defaults.
+type Options struct {
+	// Source reads the GPUs; required. The agent does not close it.
+	Source gpu.Source
+	// SourceName says what Source is (nvml, twin) in gpuchaos_agent_info.
+	SourceName string
+	// Interval between samples; zero means DefaultInterval.
+	Interval time.Duration
+	// Hostname is the Hostname label; empty means os.Hostname().
+	Hostname string
+	// Version is the gpuchaos version in gpuchaos_agent_info.
+	Version string
+	// Logger receives state changes (a GPU lost or back, missed ticks);
+	// nil discards them.
+	Logger *slog.Logger
+}
+
+// Agent samples GPUs and serves the exposition. Its methods are safe for
+// concurrent use; Start may run once at a time.
+type Agent struct {
+	src      gpu.Source
+	srcName  string
+	interval time.Duration
+	host     string
+	version  string
+	log      *slog.Logger
+	devs     []gpu.Device
+	// labels[i] is devs[i]'s dcgm-exporter label set, rendered once.
+	labels []string
+
+	mu sync.RWMutex
+	// latest[i] is devs[i]'s newest sample; present[i] says whether the
+	// GPU answered the last time it was asked. Guarded by mu.
+	latest  []gpu.Sample
+	present []bool
+	// sampled is set once the first pass has run. Guarded by mu.
+	sampled bool
+	// xidLast[i] is the code of the newest XID of devs[i] (0: none yet),
+	// as DCGM_FI_DEV_XID_ERRORS reports it. Guarded by mu.
+	xidLast []float64
+	// Event counters, keyed by their rendered label set. Guarded by mu.
+	xids       map[string]float64
+	injections map[string]float64
+	active     map[string]bool
+	burnTFLOPs map[string]float64
+	burnErrors map[string]float64
+
+	running atomic.Bool
+	missed  atomic.Uint64
+}
+
+// New lists the GPUs of opts.Source and returns an agent that has not
+// sampled yet; Collect or Start do.
+func New(ctx context.Context, opts Options) (*Agent, error) {
+	if opts.Source == nil {
+		return nil, errors.New("new agent: no gpu source")
+	}
+	if opts.Interval < 0 {
+		return nil, fmt.Errorf("new agent: interval must not be negative, got %s", opts.Interval)
+	}
+	a := &Agent{
+		src: opts.Source, srcName: opts.SourceName, interval: opts.Interval,
+		host: opts.Hostname, version: opts.Version, log: opts.Logger,
+		xids: map[string]float64{}, injections: map[string]float64{}, active: map[string]bool{},
+		burnTFLOPs: map[string]float64{}, burnErrors: map[string]float64{},
+	}
+	if a.interval == 0 {
+		a.interval = DefaultInterval
+	}
+	if a.log == nil {
+		a.log = slog.New(slog.DiscardHandler)
+	}
+	if a.host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("new agent: read hostname: %w", err)
+		}
+		a.host = h
+	}
+	devs, err := a.src.Devices(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("new agent: list gpus: %w", err)
+	}
+	a.devs = devs
+	a.labels = make([]string, len(devs))
+	for i, d := range devs {
+		a.labels[i] = renderLabels(
+			"gpu", strconv.Itoa(d.Index), "UUID", d.UUID, "pci_bus_id", d.PCI,
+			"device", "nvidia"+strconv.Itoa(d.Index), "modelName", d.Name, "Hostname", a.host)
+	}
+	a.latest = make([]gpu.Sample, len(devs))
+	a.present = make([]bool, len(devs))
+	a.xidLast = make([]float64, len(devs))
+	return a, nil
+}
+
+// Devices returns the GPUs the agent exports.
+func (a *Agent) Devices() []gpu.Device {
+	out := make([]gpu.Device, len(a.devs))
+	copy(out, a.devs)
+	return out
+}
+
+// Start samples every interval until ctx ends, then returns nil. The first
+// pass runs at once; later ones are aligned to multiples of the interval,
+// so agents on different nodes sample at the same phase. A tick missed
+// because a pass overran (a slow driver) is counted, not queued. Start
+// returns an error if the agent is already started.
+func (a *Agent) Start(ctx context.Context) error {
+	if !a.running.CompareAndSwap(false, true) {
+		return errors.New("agent: already started")
+	}
+	defer a.running.Store(false)
+	a.log.Info("agent started", "interval", a.interval, "gpus", len(a.devs), "source", a.srcName)
+	a.Collect(ctx)
+	align := time.NewTimer(a.interval - time.Duration(time.Now().UnixNano()%int64(a.interval)))
+	defer align.Stop()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-align.C:
+	}
+	ticker := time.NewTicker(a.interval)
+	defer ticker.Stop()
+	prev := time.Now()
+	for {
+		a.Collect(ctx)
+		select {
+		case <-ctx.Done():
+			a.log.Info("agent stopped", "missed_ticks", a.missed.Load())
+			return nil
+		case now := <-ticker.C:
+			// A ticker drops the ticks its reader was too slow for.
+			if n := int64(now.Sub(prev)/a.interval) - 1; n > 0 {
+				a.missed.Add(uint64(n))
+				a.log.Warn("agent missed ticks", "missed", n)
+			}
+			prev = now
+		}
+	}
+}
+
+// Collect samples every GPU once and publishes the result. A GPU whose
+// sample fails is left off the page until it answers again.
+func (a *Agent) Collect(ctx context.Context) {
+	samples := make([]gpu.Sample, len(a.devs))
+	ok := make([]bool, len(a.devs))
+	errs := make([]error, len(a.devs))
+	for i, d := range a.devs {
+		s, err := a.src.Sample(ctx, d.Index)
+		if err != nil {
+			if ctx.Err() != nil {
+				return // shutting down: keep the last published pass
+			}
+			errs[i] = err
+			continue
+		}
+		samples[i], ok[i] = s, true
+	}
+	a.mu.Lock()
+	for i, d := range a.devs {
+		if a.sampled && a.present[i] != ok[i] {
+			if ok[i] {
+				a.log.Info("gpu answers again", "gpu", d.Index, "uuid", d.UUID)
+			} else {
+				a.log.Warn("gpu stopped answering", "gpu", d.Index, "uuid", d.UUID, "err", errs[i])
+			}
+		}
+	}
+	a.latest, a.present, a.sampled = samples, ok, true
+	a.mu.Unlock()
+}
+
+// MissedTicks returns how many sampling ticks Start has missed.
+func (a *Agent) MissedTicks() uint64 { return a.missed.Load() }
+
+// Running reports whether Start is running.
+func (a *Agent) Running() bool { return a.running.Load() }
+
+// pos returns the position of the GPU with NVML index idx, or -1.
+func (a *Agent) pos(idx int) int {
+	for i, d := range a.devs {
+		if d.Index == idx {
+			return i
+		}
+	}
+	return -1
+}
+
+// RecordXID records an XID error of GPU gpuIndex: DCGM_FI_DEV_XID_ERRORS
+// shows code as the GPU's newest XID, as DCGM's field does, and
+// gpuchaos_xid_events_total{gpu,UUID,code} counts it. An index the agent
+// does not know is still counted, with an empty UUID, so no event is lost.
+// The XID watcher calls it.
+func (a *Agent) RecordXID(gpuIndex int, code int) {
+	uuid := ""
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if p := a.pos(gpuIndex); p >= 0 {
+		uuid = a.devs[p].UUID
+		a.xidLast[p] = float64(code)
+	}
+	a.xids[renderLabels("gpu", strconv.Itoa(gpuIndex), "UUID", uuid, "code", strconv.Itoa(code))]++
+}
+
+// RecordBurn records a burn result for GPU gpuIndex: its throughput in
+// dtype (bf16, tf32…) becomes gpuchaos_burn_tflops{gpu,dtype}, and
+// newErrors (silent-data-corruption mismatches found since the last call)
+// is added to gpuchaos_burn_errors_total{gpu}. Burn calls it.
+func (a *Agent) RecordBurn(gpuIndex int, dtype string, tflops float64, newErrors uint64) {
+	g := strconv.Itoa(gpuIndex)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.burnTFLOPs[renderLabels("gpu", g, "dtype", dtype)] = tflops
+	a.burnErrors[renderLabels("gpu", g)] += float64(newErrors)
+}
+
+// RecordInjection counts one injection of fault (a catalogue id such as
+// hardware.xid) in gpuchaos_injections_total{fault}.
+func (a *Agent) RecordInjection(fault string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.injections[renderLabels("fault", fault)]++
+}
+
+// SetFault marks fault as active (1) on GPU gpuIndex in
+// gpuchaos_active_faults{fault,gpu}, or removes the series when active is
+// false. A negative gpuIndex means the fault is not on one GPU (gpu="").
+func (a *Agent) SetFault(fault string, gpuIndex int, active bool) {
+	g := ""
+	if gpuIndex >= 0 {
+		g = strconv.Itoa(gpuIndex)
+	}
+	key := renderLabels("fault", fault, "gpu", g)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if active {
+		a.active[key] = true
+	} else {
+		delete(a.active, key)
+	}
+}
+
+// ServeHTTP serves /metrics (the exposition) and /healthz (200 while
+// Start runs, 503 otherwise); other paths are not found.
+func (a *Agent) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+		return
+	}
+	switch req.URL.Path {
+	case "/metrics":
+		b := a.exposition()
+		// Written after the lock is released: a slow client must not
+		// stall sampling.
+		w.Header().Set("Content-Type", ContentType)
+		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
+		_, _ = w.Write(b)
+	case "/healthz":
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if !a.Running() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte("not running\n"))
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	default:
+		http.NotFound(w, req)
+	}
+}
+
+// sortedKeys returns m's keys in order, so the page is stable.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,162 @@
+package agent
+
+import (
+	"bytes"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/gpuchaos/gpuchaos/internal/gpu"
+)
+
+// gpuMetric is one dcgm-exporter field the agent exports, with its type
+// and help as dcgm-exporter's default counter list gives them (in our
+// words) and how to read it off a sample in dcgm-exporter's unit.
+type gpuMetric struct {
+	name, typ, help string
+	value           func(s *gpu.Sample) float64
+}
+
+// gpuMetrics are exported in this order. DCGM_FI_DEV_XID_ERRORS is not
+// here: it comes from RecordXID, not from the sample.
+var gpuMetrics = [...]gpuMetric{
+	{"DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz).", func(s *gpu.Sample) float64 { return s.SMClockMHz }},
+	{"DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", func(s *gpu.Sample) float64 { return s.MemClockMHz }},
+	{"DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", func(s *gpu.Sample) float64 { return s.TempC }},
+	{"DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", func(s *gpu.Sample) float64 { return s.MemTempC }},
+	{"DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", func(s *gpu.Sample) float64 { return s.PowerW }},
+	{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ).", func(s *gpu.Sample) float64 { return s.EnergyMJ }},
+	{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.", func(s *gpu.Sample) float64 { return s.PCIeReplays }},
+	{"DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %).", func(s *gpu.Sample) float64 { return s.UtilGPU }},
+	{"DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", func(s *gpu.Sample) float64 { return s.UtilMem }},
+	{"DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB).", func(s *gpu.Sample) float64 { return s.FBFreeMiB }},
+	{"DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB).", func(s *gpu.Sample) float64 { return s.FBUsedMiB }},
+	{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors.", func(s *gpu.Sample) float64 { return s.RemappedCorrectable }},
+	{"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors.", func(s *gpu.Sample) float64 { return s.RemappedUncorrectable }},
+	{"DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed.", func(s *gpu.Sample) float64 { return s.RemapFailure }},
+}
+
+const xidMetric = "DCGM_FI_DEV_XID_ERRORS"
+
+// exposition renders the page from the newest pass and the event state.
+func (a *Agent) exposition() []byte {
+	var b bytes.Buffer
+	b.Grow(4096 + 2048*len(a.devs))
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	for _, m := range gpuMetrics {
+		header := false
+		for i := range a.devs {
+			if !a.present[i] {
+				continue
+			}
+			v := m.value(&a.latest[i])
+			if math.IsNaN(v) {
+				continue // not reported by this GPU or driver
+			}
+			if !header {
+				writeHeader(&b, m.name, m.typ, m.help)
+				header = true
+			}
+			writeSample(&b, m.name, a.labels[i], v)
+		}
+	}
+	header := false
+	for i := range a.devs {
+		if !a.present[i] {
+			continue
+		}
+		if !header {
+			writeHeader(&b, xidMetric, "gauge", "Value of the last XID error encountered.")
+			header = true
+		}
+		writeSample(&b, xidMetric, a.labels[i], a.xidLast[i])
+	}
+
+	writeHeader(&b, "gpuchaos_agent_info", "gauge", "The gpuchaos agent serving this page; always 1.")
+	writeSample(&b, "gpuchaos_agent_info", renderLabels("version", a.version, "source", a.srcName, "Hostname", a.host), 1)
+	writeHeader(&b, "gpuchaos_agent_missed_ticks_total", "counter", "Sampling ticks the agent missed because a pass overran.")
+	writeSample(&b, "gpuchaos_agent_missed_ticks_total", "", float64(a.missed.Load()))
+	writeFamily(&b, "gpuchaos_active_faults", "gauge", "Faults gpuchaos has injected and not yet recovered; 1 while active.", a.active, func(bool) float64 { return 1 })
+	writeFamily(&b, "gpuchaos_injections_total", "counter", "Injections gpuchaos made on this node, by fault.", a.injections, ident)
+	writeFamily(&b, "gpuchaos_xid_events_total", "counter", "XID errors seen in the kernel log, by GPU and code.", a.xids, ident)
+	writeFamily(&b, "gpuchaos_burn_tflops", "gauge", "Throughput of the last GPU burn (in TFLOP/s).", a.burnTFLOPs, ident)
+	writeFamily(&b, "gpuchaos_burn_errors_total", "counter", "Mismatches the burn's silent-data-corruption check found.", a.burnErrors, ident)
+	return b.Bytes()
+}
+
+func ident(v float64) float64 { return v }
+
+// writeFamily writes one metric whose series are keyed by rendered labels;
+// an empty family is left out entirely.
+func writeFamily[V any](b *bytes.Buffer, name, typ, help string, m map[string]V, value func(V) float64) {
+	if len(m) == 0 {
+		return
+	}
+	writeHeader(b, name, typ, help)
+	for _, k := range sortedKeys(m) {
+		writeSample(b, name, k, value(m[k]))
+	}
+}
+
+func writeHeader(b *bytes.Buffer, name, typ, help string) {
+	b.WriteString("# HELP ")
+	b.WriteString(name)
+	b.WriteByte(' ')
+	b.WriteString(helpEscaper.Replace(help))
+	b.WriteString("\n# TYPE ")
+	b.WriteString(name)
+	b.WriteByte(' ')
+	b.WriteString(typ)
+	b.WriteByte('\n')
+}
+
+// writeSample writes one line; labels is renderLabels' output or "".
+func writeSample(b *bytes.Buffer, name, labels string, v float64) {
+	b.WriteString(name)
+	b.WriteString(labels)
+	b.WriteByte(' ')
+	b.WriteString(formatValue(v))
+	b.WriteByte('\n')
+}
+
+var (
+	labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
+)
+
+// renderLabels renders name, value pairs in the order given ({a="1",b="2"}),
+// escaping values as the text format requires. dcgm-exporter's order is
+// kept for its labels, so a page reads like its.
+func renderLabels(kv ...string) string {
+	var b strings.Builder
+	b.WriteByte('{')
+	for i := 0; i+1 < len(kv); i += 2 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(kv[i])
+		b.WriteString(`="`)
+		b.WriteString(labelEscaper.Replace(kv[i+1]))
+		b.WriteByte('"')
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// formatValue writes a float so the text format reads it back exactly;
+// whole numbers print without an exponent, as dcgm-exporter prints its
+// integer fields (an energy counter in mJ reaches 1e10 within days).
+func formatValue(v float64) string {
+	switch {
+	case math.IsInf(v, 1):
+		return "+Inf"
+	case math.IsInf(v, -1):
+		return "-Inf"
+	case math.IsNaN(v):
+		return "NaN"
+	case v == math.Trunc(v) && math.Abs(v) < 1<<53:
+		return strconv.FormatInt(int64(v), 10)
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
+}
