@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -13,9 +14,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuchaos/gpuchaos/internal/agent"
+	"github.com/gpuchaos/gpuchaos/internal/engine"
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 	"github.com/gpuchaos/gpuchaos/internal/twin/live"
+	"github.com/gpuchaos/gpuchaos/internal/xidwatch"
 )
 
 // agentFlags are the flags of 'agent'.
@@ -27,6 +31,8 @@ type agentFlags struct {
 	twinGPUs int
 	seed     uint64
 	verbose  bool
+	noXID    bool
+	kmsgPath string
 }
 
 func newAgentCmd() *cobra.Command {
@@ -48,6 +54,13 @@ on the node. It samples every second (dcgm-exporter: every 30 s) so an
 injected fault shows within a probe's deadline; scripts/agent-cost.sh
 measures what that costs.
 
+It also follows the kernel log (/dev/kmsg; needs root or CAP_SYSLOG) for
+the driver's NVRM Xid lines and exports each as DCGM_FI_DEV_XID_ERRORS
+(the GPU's newest code, as DCGM reports it) and gpuchaos_xid_events_total
+by GPU and code, the GPU found by the line's PCI bus id. Without access to
+the kernel log it warns once and serves metrics without XIDs;
+--no-xid-watch turns the watch off.
+
 NVLink bandwidth and DCGM's profiling fields (DCGM_FI_PROF_*) need DCGM's
 host engine and are not exported. A GPU that stops answering disappears
 from the page. --twin serves a simulated node instead of NVML, for a
@@ -67,6 +80,8 @@ Ctrl-C.`,
 	f.IntVar(&fl.twinGPUs, "twin-gpus", 2, "GPUs of the simulated node (with --twin)")
 	f.Uint64Var(&fl.seed, "seed", 1, "seed of the twin (with --twin)")
 	f.BoolVarP(&fl.verbose, "verbose", "v", false, "log state changes to stderr")
+	f.BoolVar(&fl.noXID, "no-xid-watch", false, "do not follow the kernel log for XID errors")
+	f.StringVar(&fl.kmsgPath, "kmsg", kmsg.DefaultPath, "kernel log device to follow for XID errors")
 	return cmd
 }
 
@@ -120,12 +135,36 @@ func (fl agentFlags) run(cmd *cobra.Command) error {
 	if err != nil {
 		return failed(err)
 	}
+	if !fl.noXID {
+		defer watchXIDs(ctx, a, fl.kmsgPath, cmd.ErrOrStderr())()
+	}
 	ln, err := net.Listen("tcp", fl.listen)
 	if err != nil {
 		return failed(fmt.Errorf("--listen: %w", err))
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "serving %d GPUs (%s) at http://%s/metrics (Ctrl-C to stop)\n", len(a.Devices()), srcName, ln.Addr())
 	return failed(serveAgent(ctx, a, runner, ln))
+}
+
+// watchXIDs follows the kernel log at path and records every XID in a,
+// resolving the line's bus id to one of a's GPUs. When the log cannot be
+// read (not root, no such device) it warns once on warn and returns: the
+// agent still serves everything else. The returned func stops the watch.
+func watchXIDs(ctx context.Context, a *agent.Agent, path string, warn io.Writer) (stop func()) {
+	w, err := xidwatch.Start(ctx, xidwatch.Options{
+		Kmsg:    kmsg.Options{Path: path},
+		Resolve: engine.GPUResolver(a.Devices()),
+		OnXID:   func(ev xidwatch.Event) { a.RecordXID(ev.GPU, ev.Code) },
+	})
+	if err != nil {
+		fmt.Fprintf(warn, "gpuchaos agent: warning: not watching for XIDs, serving metrics without them: %v\n", err)
+		return func() {}
+	}
+	return func() {
+		if err := w.Stop(); err != nil {
+			fmt.Fprintf(warn, "gpuchaos agent: warning: the XID watch stopped early: %v\n", err)
+		}
+	}
 }
 
 // serveAgent runs the agent's sampling loop, the twin behind it (when

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -14,6 +15,8 @@ import (
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/engine"
+	"github.com/gpuchaos/gpuchaos/internal/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 	"github.com/gpuchaos/gpuchaos/internal/twin/live"
@@ -31,6 +34,7 @@ func newRunCmd() *cobra.Command {
 		listen     string
 		promURL    string
 		settle     time.Duration
+		ledgerPath string
 	)
 	cmd := &cobra.Command{
 		Use:   "run FILE",
@@ -46,7 +50,15 @@ Targets: twin (default) runs on the embedded twin's virtual clock, minutes in
 milliseconds. live runs the twin in real time, serves its metrics on --listen
 for your Prometheus to scrape, and runs the experiment on the wall clock, so
 expectations can be probes of that Prometheus (alerts firing, or any query):
-the observability loop against a real server.
+the observability loop against a real server. local runs on this node, on
+the wall clock: faults go through the node's mechanisms (kernel-log writes
+the driver's XID line to /dev/kmsg; needs root) and probes read the real
+kernel log (the kmsg-xid detector, log probes) or ask --prometheus
+(prometheus probes). local needs the NVIDIA driver (NVML) to list the GPUs.
+
+On local, every injection is journalled to --ledger before it acts. A run
+that was killed before it could recover (SIGKILL, power loss) leaves its
+entries there; the next local run recovers them first and says so.
 
 --dry-run prints exactly what would be touched and injects nothing.
 The exit code is 0 when every expectation passed, 1 when one did not, and 2
@@ -54,15 +66,16 @@ on a bad file or flag.`,
 		Example: `  gpuchaos run examples/xid-79.yaml
   gpuchaos run examples/xid-79.yaml --dry-run
   gpuchaos run examples/thermal.yaml --format json --record run.json
-  gpuchaos run examples/live-gpu-missing.yaml --target live --prometheus http://127.0.0.1:9090`,
+  gpuchaos run examples/live-gpu-missing.yaml --target live --prometheus http://127.0.0.1:9090
+  sudo gpuchaos run examples/local/xid-kernel-log.yaml --target local`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			exp, err := loadExperiment(args[0])
 			if err != nil {
 				return err
 			}
-			if targetName != "twin" && targetName != "live" {
-				return fmt.Errorf("--target: %s is not available in this build; use twin or live", targetName)
+			if targetName != "twin" && targetName != "live" && targetName != "local" {
+				return fmt.Errorf("--target: %s is not available in this build; use twin, live or local", targetName)
 			}
 			spec := twin.Default()
 			if cluster != "" {
@@ -78,9 +91,21 @@ on a bad file or flag.`,
 			}
 			opts := engine.Options{Seed: seed, OnEvent: progress}
 			var tw *twin.Twin
-			// A dry run plans on a virtual twin of the same cluster: the
-			// inventory is the same and nothing is served.
-			if targetName == "live" && !dryRun {
+			// A dry run of twin or live plans on a virtual twin of the same
+			// cluster: the inventory is the same and nothing is served. One
+			// of local lists this node's GPUs and touches nothing.
+			switch {
+			case targetName == "local":
+				stop, lt, l, err := startLocalTarget(cmd, ledgerPath, promURL, dryRun, f == "table")
+				if err != nil {
+					return err
+				}
+				defer stop()
+				// A kernel log line never leaves the log, so kmsg-xid cannot
+				// clear: waiting for detectors to clear would only wait out
+				// the window. Time to recover is not measured on local.
+				opts.Target, opts.Ledger, opts.PollInterval, opts.RecoveryWindow = lt, l, time.Second, -1
+			case targetName == "live" && !dryRun:
 				if f == "table" {
 					fmt.Fprintf(out, "Warming the twin up for %s of virtual time.\n", warmup)
 				}
@@ -90,7 +115,7 @@ on a bad file or flag.`,
 				}
 				defer stop()
 				opts.Target, opts.PollInterval = lt, time.Second
-			} else {
+			default:
 				if tw, err = twin.New(twin.Options{Spec: spec, Seed: seed}); err != nil {
 					return err
 				}
@@ -117,7 +142,7 @@ on a bad file or flag.`,
 				if err := tw.Sleep(cmd.Context(), warmup); err != nil {
 					return failed(err)
 				}
-			} else if settle > 0 {
+			} else if settle > 0 && targetName == "live" {
 				if f == "table" {
 					fmt.Fprintf(out, "Letting Prometheus scrape the fault-free twin for %s.\n", settle)
 				}
@@ -151,9 +176,10 @@ on a bad file or flag.`,
 		},
 	}
 	addFormatFlag(cmd, &f)
-	cmd.Flags().StringVar(&targetName, "target", "twin", "where to run: twin (virtual clock) or live (real time, metrics served for a real Prometheus); local and k8s arrive with the node layer and controller")
+	cmd.Flags().StringVar(&targetName, "target", "twin", "where to run: twin (virtual clock), live (real time, metrics served for a real Prometheus) or local (this node); k8s arrives with the controller")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9400", "live: where to serve the twin's /metrics")
-	cmd.Flags().StringVar(&promURL, "prometheus", "http://127.0.0.1:9090", "live: the Prometheus that prometheus probes ask")
+	cmd.Flags().StringVar(&promURL, "prometheus", "http://127.0.0.1:9090", "live, local: the Prometheus that prometheus probes ask")
+	cmd.Flags().StringVar(&ledgerPath, "ledger", "", "local: injection journal (default "+rootLedger+" as root, else $XDG_STATE_HOME/gpuchaos/ledger.jsonl, ~/.local/state without it)")
 	cmd.Flags().DurationVar(&settle, "settle", 15*time.Second, "live: wall time to let Prometheus scrape before the experiment")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be touched; inject nothing")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the twin and of target selection")
@@ -161,6 +187,73 @@ on a bad file or flag.`,
 	cmd.Flags().DurationVar(&warmup, "warmup", 20*time.Minute, "fault-free twin time before the experiment, so baselines exist")
 	cmd.Flags().StringVar(&recordPath, "record", "", "also write the run record (JSON evidence) to this file")
 	return cmd
+}
+
+// rootLedger is where a root run keeps its ledger: with the node's state,
+// so that any later run on the node recovers what a killed one left.
+const rootLedger = "/var/lib/gpuchaos/ledger.jsonl"
+
+// defaultLedger returns the ledger path of a run without --ledger.
+func defaultLedger() (string, error) {
+	if os.Geteuid() == 0 {
+		return rootLedger, nil
+	}
+	if d := os.Getenv("XDG_STATE_HOME"); d != "" {
+		return filepath.Join(d, "gpuchaos", "ledger.jsonl"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("--ledger: no default without a home directory: %w", err)
+	}
+	return filepath.Join(home, ".local", "state", "gpuchaos", "ledger.jsonl"), nil
+}
+
+// startLocalTarget opens NVML and the ledger, starts following the kernel
+// log and, unless dryRun, recovers what a killed run left in the ledger.
+// A dry run gets no ledger: it must not touch anything. What it recovers
+// is printed on stdout for table output, else on stderr. stop closes all.
+func startLocalTarget(cmd *cobra.Command, ledgerPath, promURL string, dryRun, table bool) (stop func(), _ *engine.LocalTarget, _ ledger.Ledger, _ error) {
+	ctx := cmd.Context()
+	out := cmd.OutOrStdout()
+	src, err := gpu.OpenNVML()
+	if err != nil {
+		return nil, nil, nil, failed(fmt.Errorf("--target local: cannot list this node's GPUs: %w", err))
+	}
+	lt, err := engine.StartLocal(ctx, engine.LocalOptions{Source: src, Prometheus: promURL})
+	if err != nil {
+		src.Close()
+		return nil, nil, nil, failed(fmt.Errorf("--target local: %w", err))
+	}
+	closeTarget := func() { lt.Close(); src.Close() }
+	if dryRun {
+		return closeTarget, lt, nil, nil
+	}
+	if ledgerPath == "" {
+		if ledgerPath, err = defaultLedger(); err != nil {
+			closeTarget()
+			return nil, nil, nil, err
+		}
+	}
+	l, err := ledger.Open(ledgerPath)
+	if err != nil {
+		closeTarget()
+		return nil, nil, nil, failed(fmt.Errorf("--target local: %w", err))
+	}
+	stop = func() { l.Close(); closeTarget() }
+	recovered, err := engine.RecoverPending(ctx, lt, l)
+	if !table {
+		// JSON output is one document on stdout; the note goes aside.
+		out = cmd.ErrOrStderr()
+	}
+	for _, e := range recovered {
+		fmt.Fprintf(out, "Recovered %s on %s gpu %d, left by run %s at %s.\n",
+			e.Fault, e.Ref.Node, e.Ref.GPU, e.Run, e.InjectedAt.Format(time.RFC3339))
+	}
+	if err != nil {
+		stop()
+		return nil, nil, nil, failed(fmt.Errorf("--target local: a previous run left injections that could not be recovered (ledger %s); nothing new was injected: %w", ledgerPath, err))
+	}
+	return stop, lt, l, nil
 }
 
 // loadExperiment reads, defaults and validates an experiment file against the

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpuchaos/gpuchaos/internal/gpu"
 )
 
 // TestRunBadFiles covers the list of bad experiment files end to
@@ -109,9 +111,25 @@ func TestRunDryRun(t *testing.T) {
 
 func TestRunTargetNotAvailable(t *testing.T) {
 	t.Parallel()
-	code, _, errs := runCLI(t, "", "run", "../../examples/thermal-throttle.yaml", "--target", "local")
-	if code != 2 || !strings.Contains(errs, "--target: local is not available") {
+	code, _, errs := runCLI(t, "", "run", "../../examples/thermal-throttle.yaml", "--target", "k8s")
+	if code != 2 || !strings.Contains(errs, "--target: k8s is not available") {
 		t.Errorf("exit %d, stderr %q", code, errs)
+	}
+}
+
+func TestRunLocalWithoutGPU(t *testing.T) {
+	t.Parallel()
+	if src, err := gpu.OpenNVML(); err == nil {
+		src.Close()
+		t.Skip("this machine has a GPU driver; the test is about one without")
+	}
+	ledgerPath := filepath.Join(t.TempDir(), "ledger.jsonl")
+	code, out, errs := runCLI(t, "", "run", "../../examples/local/xid-kernel-log.yaml", "--target", "local", "--ledger", ledgerPath)
+	if code != 1 || !strings.Contains(errs, "--target local: cannot list this node's GPUs") || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit 1 and one line naming the GPU listing", code, out, errs)
+	}
+	if _, err := os.Stat(ledgerPath); err == nil {
+		t.Errorf("a run that could not start created its ledger")
 	}
 }
 

@@ -1,0 +1,304 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/all"
+	"github.com/gpuchaos/gpuchaos/internal/fault/kmsgxid"
+	"github.com/gpuchaos/gpuchaos/internal/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/kmsg"
+	"github.com/gpuchaos/gpuchaos/internal/ledger"
+	"github.com/gpuchaos/gpuchaos/internal/probe"
+	"github.com/gpuchaos/gpuchaos/internal/probe/promapi"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/xid"
+	"github.com/gpuchaos/gpuchaos/internal/xidwatch"
+)
+
+// LocalOptions configure StartLocal. Zero values take the documented
+// defaults.
+type LocalOptions struct {
+	// Source lists this node's GPUs; required. The target does not close
+	// it.
+	Source gpu.Source
+	// Hostname names the node in the inventory; empty means os.Hostname().
+	Hostname string
+	// Kmsg says where to read the kernel log (default /dev/kmsg).
+	Kmsg kmsg.Options
+	// Writer writes kernel log records for the kernel-log mechanism; nil
+	// means kmsg.Writer{}, /dev/kmsg.
+	Writer kmsgxid.Writer
+	// Prometheus is the base URL Prometheus probes without a url of their
+	// own ask; empty refuses such probes.
+	Prometheus string
+	// Client sends Prometheus queries; nil means http.DefaultClient.
+	Client *http.Client
+	// LogWindow is how long a matching kernel log line keeps a log probe
+	// holding, as a log watcher's alert stays up; default 10m.
+	LogWindow time.Duration
+	// LogHistory is how many recent kernel log lines log probes can see;
+	// default 4096.
+	LogHistory int
+}
+
+// LocalTarget runs experiments on the node it runs on, on the wall clock.
+// Faults go through the node's mechanisms (the kernel-log mechanism writes
+// to /dev/kmsg); probes read the real kernel log, which the target follows
+// from StartLocal until Close, or ask a Prometheus server.
+type LocalTarget struct {
+	opts  LocalOptions
+	host  string
+	devs  []gpu.Device
+	watch *xidwatch.Watcher
+
+	mu    sync.Mutex
+	lines []logLine // ring of recent records, oldest first once full
+}
+
+// logLine is one kernel log record as log probes see it.
+type logLine struct {
+	at   time.Time
+	text string
+}
+
+// StartLocal lists the node's GPUs and starts following the kernel log at
+// its end. Reading /dev/kmsg needs root or CAP_SYSLOG. Close stops it.
+func StartLocal(ctx context.Context, opts LocalOptions) (*LocalTarget, error) {
+	if opts.Source == nil {
+		return nil, errors.New("start local target: no gpu source")
+	}
+	if opts.Writer == nil {
+		opts.Writer = kmsg.Writer{}
+	}
+	if opts.LogWindow <= 0 {
+		opts.LogWindow = 10 * time.Minute
+	}
+	if opts.LogHistory <= 0 {
+		opts.LogHistory = 4096
+	}
+	host := opts.Hostname
+	if host == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return nil, fmt.Errorf("start local target: read hostname: %w", err)
+		}
+		host = h
+	}
+	devs, err := opts.Source.Devices(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("start local target: list gpus: %w", err)
+	}
+	t := &LocalTarget{opts: opts, host: host, devs: devs}
+	f, err := kmsg.Open(opts.Kmsg)
+	if err != nil {
+		return nil, fmt.Errorf("start local target: %w", err)
+	}
+	// One follower feeds both the XID watcher and the log probes, so both
+	// see the same records in the same order.
+	t.watch, err = xidwatch.Start(ctx, xidwatch.Options{
+		Source:  teeSource{f: f, tap: t.keep},
+		Resolve: GPUResolver(devs),
+	})
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("start local target: %w", err)
+	}
+	return t, nil
+}
+
+// Close stops following the kernel log.
+func (t *LocalTarget) Close() error { return t.watch.Stop() }
+
+// Watcher returns the XID watcher over the node's kernel log.
+func (t *LocalTarget) Watcher() *xidwatch.Watcher { return t.watch }
+
+// keep stores a record for log probes; the watcher's goroutine calls it.
+func (t *LocalTarget) keep(r kmsg.Record) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.lines) == t.opts.LogHistory {
+		t.lines = append(t.lines[:0], t.lines[1:]...)
+	}
+	t.lines = append(t.lines, logLine{at: time.Now(), text: r.Message})
+}
+
+// teeSource hands every record of a kernel log follower to tap before the
+// XID watcher sees it.
+type teeSource struct {
+	f   *kmsg.Follower
+	tap func(kmsg.Record)
+}
+
+func (s teeSource) Run(ctx context.Context, fn func(kmsg.Record)) error {
+	return s.f.Run(ctx, func(r kmsg.Record) {
+		s.tap(r)
+		fn(r)
+	})
+}
+
+func (s teeSource) Lost() uint64 { return s.f.Lost() }
+
+// GPUResolver maps a kernel-form bus id (0000:18:00) to the GPU of devs on
+// that bus, for an XID watcher.
+func GPUResolver(devs []gpu.Device) xidwatch.Resolver {
+	byBus := map[string]gpu.Device{}
+	for _, d := range devs {
+		if p, ok := xid.NormalizePCI(d.PCI); ok {
+			byBus[p] = d
+		}
+	}
+	return func(pci string) (int, string, bool) {
+		p, ok := xid.NormalizePCI(pci)
+		if !ok {
+			return 0, "", false
+		}
+		d, ok := byBus[p]
+		return d.Index, d.UUID, ok
+	}
+}
+
+// Name returns "local".
+func (*LocalTarget) Name() string { return "local" }
+
+// Now returns the wall-clock time.
+func (*LocalTarget) Now() time.Time { return time.Now() }
+
+// Sleep waits for d of wall time, returning ctx.Err() early when ctx ends.
+func (*LocalTarget) Sleep(ctx context.Context, d time.Duration) error {
+	return LiveTarget{}.Sleep(ctx, d)
+}
+
+// Inventory returns one node, named by the hostname, with the GPUs the
+// source listed at start; jobs are not known locally.
+func (t *LocalTarget) Inventory(ctx context.Context) (target.Inventory, error) {
+	n := target.Node{Name: t.host}
+	for _, d := range t.devs {
+		n.GPUs = append(n.GPUs, target.GPU{Index: d.Index, UUID: d.UUID, PCI: d.PCI, Model: d.Name})
+	}
+	return target.Inventory{Nodes: []target.Node{n}}, ctx.Err()
+}
+
+// Injector returns the node's injector for the mechanism: the kernel-log
+// mechanism writes through the target's kernel log writer; mechanisms
+// without an injector in this build say so.
+func (t *LocalTarget) Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error) {
+	return all.Injector(f, m, all.Env{Kmsg: t.opts.Writer})
+}
+
+// Probe builds a probe over the node's kernel log (a log pattern, or the
+// kmsg-xid detector through the XID watcher) or a Prometheus probe. Other
+// detectors and threshold probes read metric history the local target
+// does not keep; ask a Prometheus that scrapes the agent instead.
+func (t *LocalTarget) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, error) {
+	switch {
+	case spec.Prometheus != nil:
+		return promapi.FromSpec(name, *spec.Prometheus, t.opts.Prometheus, t.opts.Client)
+	case spec.Log != nil:
+		re, err := regexp.Compile(spec.Log.Pattern)
+		if err != nil {
+			return nil, fmt.Errorf("probe %s: log pattern: %w", name, err)
+		}
+		return &localLogProbe{name: name, t: t, re: re}, nil
+	case spec.Detector == "kmsg-xid":
+		// The watcher's probe counts XIDs read since it was made, so an
+		// XID logged before the run does not read as already firing.
+		return xidwatch.NewProbe(t.watch, name, t.host, nil), nil
+	case spec.Detector != "":
+		return nil, fmt.Errorf("probe %s: detector %s reads metrics the local target does not keep; on local use kmsg-xid, a log probe, or a prometheus probe", name, spec.Detector)
+	}
+	return nil, fmt.Errorf("probe %s: the local target runs log, kmsg-xid and prometheus probes only", name)
+}
+
+// localLogProbe holds while a kernel log line matching re was read within
+// the log window.
+type localLogProbe struct {
+	name string
+	t    *LocalTarget
+	re   *regexp.Regexp
+}
+
+func (p *localLogProbe) Name() string { return p.name }
+
+func (p *localLogProbe) Observe(ctx context.Context) (probe.Observation, error) {
+	if err := ctx.Err(); err != nil {
+		return probe.Observation{}, err
+	}
+	from := time.Now().Add(-p.t.opts.LogWindow)
+	p.t.mu.Lock()
+	defer p.t.mu.Unlock()
+	for i := len(p.t.lines) - 1; i >= 0 && p.t.lines[i].at.After(from); i-- {
+		if l := p.t.lines[i]; p.re.MatchString(l.text) {
+			return probe.Observation{
+				Holds: true, Detail: p.t.host + ": " + l.text,
+				Subjects: []probe.Subject{{Node: p.t.host}},
+			}, nil
+		}
+	}
+	return probe.Observation{}, nil
+}
+
+// RecoverPending recovers every injection the ledger still holds (a run
+// killed before it could recover) through t's injectors, marking each done,
+// and returns those it recovered. It tries every entry and returns the
+// failures joined; a failed entry stays in the ledger for the next start.
+func RecoverPending(ctx context.Context, t Target, l ledger.Ledger) ([]ledger.Entry, error) {
+	pending, err := l.Pending(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read pending injections: %w", err)
+	}
+	var (
+		done []ledger.Entry
+		errs []error
+	)
+	for _, e := range pending {
+		if err := recoverEntry(ctx, t, e); err != nil && !errors.Is(err, fault.ErrTargetGone) {
+			errs = append(errs, fmt.Errorf("recover %s (%s): %w", e.Key, e.Fault, err))
+			continue
+		}
+		if err := l.Done(ctx, e.Key); err != nil {
+			errs = append(errs, fmt.Errorf("mark %s recovered: %w", e.Key, err))
+			continue
+		}
+		done = append(done, e)
+	}
+	return done, errors.Join(errs...)
+}
+
+func recoverEntry(ctx context.Context, t Target, e ledger.Entry) error {
+	if e.Target != t.Name() {
+		return fmt.Errorf("recorded on target %s, not %s", e.Target, t.Name())
+	}
+	f, ok := catalog.Lookup(e.Fault)
+	if !ok {
+		return fmt.Errorf("fault %s is not in the catalogue", e.Fault)
+	}
+	var mech *catalog.Mechanism
+	for i := range f.Mechanisms {
+		if f.Mechanisms[i].Name == e.Mechanism {
+			mech = &f.Mechanisms[i]
+		}
+	}
+	if mech == nil {
+		names := make([]string, 0, len(f.Mechanisms))
+		for _, m := range f.Mechanisms {
+			names = append(names, m.Name)
+		}
+		return fmt.Errorf("%s has no mechanism %s (mechanisms: %s)", e.Fault, e.Mechanism, strings.Join(names, ", "))
+	}
+	inj, err := t.Injector(f, mech)
+	if err != nil {
+		return err
+	}
+	return inj.Recover(ctx, e.Key)
+}
