@@ -4,6 +4,7 @@ package agent
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"strconv"
 	"sync/atomic"
@@ -57,21 +58,41 @@ func (m *mockGPU) program(d *server.Device) {
 		if r := m.ret(); r != nvml.SUCCESS {
 			return r
 		}
+		// The source reads its scalar fields in this one call; each is
+		// answered by id, as the driver does.
 		for k := range fv {
-			if m.noMemTemp.Load() {
+			var v uint64
+			switch fv[k].FieldId {
+			case nvml.FI_DEV_MEMORY_TEMP:
+				if m.noMemTemp.Load() {
+					fv[k].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
+					continue
+				}
+				v = uint64(50 + i)
+			case nvml.FI_DEV_TOTAL_ENERGY_CONSUMPTION:
+				v = 98_765_432_100 + uint64(i)
+			case nvml.FI_DEV_PCIE_REPLAY_COUNTER:
+				v = uint64(m.index * 3)
+			case nvml.FI_DEV_REMAPPED_COR:
+				v = uint64(m.index)
+			case nvml.FI_DEV_REMAPPED_UNC:
+				v = 0
+			case nvml.FI_DEV_REMAPPED_FAILURE:
+				if m.index == 6 {
+					v = 1
+				}
+			default:
 				fv[k].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
 				continue
 			}
-			fv[k].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
-			fv[k].Value = [8]byte{byte(50 + i)}
+			fv[k].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_LONG_LONG)
+			binary.LittleEndian.PutUint64(fv[k].Value[:], v)
+			fv[k].NvmlReturn = uint32(nvml.SUCCESS)
 		}
 		return nvml.SUCCESS
 	}
 	d.GetPowerUsageFunc = func() (uint32, nvml.Return) { return 123_456 + i, m.ret() }
-	d.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) { return 98_765_432_100 + uint64(i), m.ret() }
 	d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{Gpu: 90 + i, Memory: 30 + i}, m.ret() }
-	d.GetPcieReplayCounterFunc = func() (int, nvml.Return) { return m.index * 3, m.ret() }
-	d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) { return m.index, 0, false, m.index == 6, m.ret() }
 	d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return 0, m.ret() }
 }
 

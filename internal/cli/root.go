@@ -89,6 +89,7 @@ digital twin of two 8-GPU H200 nodes, no GPU or cluster needed.`,
 		newTwinCmd(),
 		newAgentCmd(),
 		newBurnCmd(),
+		newExhaustCmd(),
 	)
 	return root
 }

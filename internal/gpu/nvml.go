@@ -232,18 +232,9 @@ func (s *nvmlSource) Sample(ctx context.Context, index int) (Sample, error) {
 	if v, ret := h.GetTemperature(nvml.TEMPERATURE_GPU); r.ok(ret) {
 		smp.TempC = float64(v)
 	}
-	// HBM temperature has no call of its own: it is a field value.
-	fv := []nvml.FieldValue{{FieldId: nvml.FI_DEV_MEMORY_TEMP}}
-	if ret := h.GetFieldValues(fv); r.ok(ret) && r.ok(nvml.Return(fv[0].NvmlReturn)) {
-		if v, ok := fieldFloat(fv[0]); ok {
-			smp.MemTempC = v
-		}
-	}
+	s.readFields(&r, &smp)
 	if v, ret := h.GetPowerUsage(); r.ok(ret) {
 		smp.PowerW = float64(v) / 1000 // mW
-	}
-	if v, ret := h.GetTotalEnergyConsumption(); r.ok(ret) {
-		smp.EnergyMJ = float64(v)
 	}
 	if u, ret := h.GetUtilizationRates(); r.ok(ret) {
 		smp.UtilGPU, smp.UtilMem = float64(u.Gpu), float64(u.Memory)
@@ -251,18 +242,6 @@ func (s *nvmlSource) Sample(ctx context.Context, index int) (Sample, error) {
 	if _, used, free, ok := s.memory(h); ok {
 		smp.FBUsedMiB, smp.FBFreeMiB = used, free
 		r.any = true
-	}
-	if v, ret := h.GetPcieReplayCounter(); r.ok(ret) {
-		smp.PCIeReplays = float64(v)
-	}
-	if s.has.remappedRows {
-		if corr, unc, _, failed, ret := h.GetRemappedRows(); r.ok(ret) {
-			smp.RemappedCorrectable, smp.RemappedUncorrectable = float64(corr), float64(unc)
-			smp.RemapFailure = 0
-			if failed {
-				smp.RemapFailure = 1
-			}
-		}
 	}
 	switch {
 	case s.has.eventReasons:
@@ -282,6 +261,64 @@ func (s *nvmlSource) Sample(ctx context.Context, index int) (Sample, error) {
 		return Sample{}, fmt.Errorf("sample gpu %d: %w", index, r.err)
 	}
 	return smp, nil
+}
+
+// readFields reads the scalar readings of r's GPU into smp in one
+// nvmlDeviceGetFieldValues call rather than one call each: every NVML call
+// is an ioctl into the driver, and at one sample a second per GPU the
+// agent's own CPU cost is mostly these calls. (HBM temperature has no call
+// of its own anyway.) A field the GPU does not report stays NaN.
+func (s *nvmlSource) readFields(r *reader, smp *Sample) {
+	// The row-remapping fields come last so that a driver without row
+	// remapping can leave them off.
+	const remapFields = 3
+	ids := [...]uint32{
+		nvml.FI_DEV_MEMORY_TEMP,
+		nvml.FI_DEV_TOTAL_ENERGY_CONSUMPTION,
+		nvml.FI_DEV_PCIE_REPLAY_COUNTER,
+		nvml.FI_DEV_REMAPPED_COR,
+		nvml.FI_DEV_REMAPPED_UNC,
+		nvml.FI_DEV_REMAPPED_FAILURE,
+	}
+	var fv [len(ids)]nvml.FieldValue
+	n := len(fv)
+	if !s.has.remappedRows {
+		// Field ids the driver does not know would fail one by one; a
+		// driver without the row-remapping call has none of its fields.
+		n -= remapFields
+	}
+	for i := range n {
+		fv[i].FieldId = ids[i]
+	}
+	if !r.ok(r.h.GetFieldValues(fv[:n])) {
+		return
+	}
+	for _, f := range fv[:n] {
+		if !r.ok(nvml.Return(f.NvmlReturn)) {
+			continue
+		}
+		v, ok := fieldFloat(f)
+		if !ok {
+			continue
+		}
+		switch f.FieldId {
+		case nvml.FI_DEV_MEMORY_TEMP:
+			smp.MemTempC = v
+		case nvml.FI_DEV_TOTAL_ENERGY_CONSUMPTION:
+			smp.EnergyMJ = v
+		case nvml.FI_DEV_PCIE_REPLAY_COUNTER:
+			smp.PCIeReplays = v
+		case nvml.FI_DEV_REMAPPED_COR:
+			smp.RemappedCorrectable = v
+		case nvml.FI_DEV_REMAPPED_UNC:
+			smp.RemappedUncorrectable = v
+		case nvml.FI_DEV_REMAPPED_FAILURE:
+			smp.RemapFailure = 0
+			if v != 0 {
+				smp.RemapFailure = 1
+			}
+		}
+	}
 }
 
 // reader tracks the outcome of the calls of one sample: whether any

@@ -84,26 +84,38 @@ func program(d *server.Device, tm telemetry) {
 			return r
 		}
 		for i := range fv {
-			if fv[i].FieldId != nvml.FI_DEV_MEMORY_TEMP {
+			var v uint64
+			var name string
+			typ := nvml.VALUE_TYPE_UNSIGNED_INT
+			switch fv[i].FieldId {
+			case nvml.FI_DEV_MEMORY_TEMP:
+				v, name = uint64(tm.memTempC), "FI_DEV_MEMORY_TEMP"
+			case nvml.FI_DEV_TOTAL_ENERGY_CONSUMPTION:
+				v, name, typ = tm.energyMJ, "FI_DEV_TOTAL_ENERGY_CONSUMPTION", nvml.VALUE_TYPE_UNSIGNED_LONG_LONG
+			case nvml.FI_DEV_PCIE_REPLAY_COUNTER:
+				v, name, typ = uint64(tm.replays), "FI_DEV_PCIE_REPLAY_COUNTER", nvml.VALUE_TYPE_UNSIGNED_LONG_LONG
+			case nvml.FI_DEV_REMAPPED_COR:
+				v, name = uint64(tm.corr), "FI_DEV_REMAPPED_COR"
+			case nvml.FI_DEV_REMAPPED_UNC:
+				v, name = uint64(tm.unc), "FI_DEV_REMAPPED_UNC"
+			case nvml.FI_DEV_REMAPPED_FAILURE:
+				name = "FI_DEV_REMAPPED_FAILURE"
+				if tm.remapFailed {
+					v = 1
+				}
+			default:
 				fv[i].NvmlReturn = uint32(nvml.ERROR_NOT_SUPPORTED)
 				continue
 			}
-			fv[i].ValueType = uint32(nvml.VALUE_TYPE_UNSIGNED_INT)
-			binary.LittleEndian.PutUint32(fv[i].Value[:], tm.memTempC)
-			fv[i].NvmlReturn = uint32(tm.ret("FI_DEV_MEMORY_TEMP"))
+			fv[i].ValueType = uint32(typ)
+			binary.LittleEndian.PutUint64(fv[i].Value[:], v)
+			fv[i].NvmlReturn = uint32(tm.ret(name))
 		}
 		return nvml.SUCCESS
 	}
 	d.GetPowerUsageFunc = func() (uint32, nvml.Return) { return tm.powerMW, tm.ret("GetPowerUsage") }
-	d.GetTotalEnergyConsumptionFunc = func() (uint64, nvml.Return) {
-		return tm.energyMJ, tm.ret("GetTotalEnergyConsumption")
-	}
 	d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
 		return nvml.Utilization{Gpu: tm.utilGPU, Memory: tm.utilMem}, tm.ret("GetUtilizationRates")
-	}
-	d.GetPcieReplayCounterFunc = func() (int, nvml.Return) { return tm.replays, tm.ret("GetPcieReplayCounter") }
-	d.GetRemappedRowsFunc = func() (int, int, bool, bool, nvml.Return) {
-		return tm.corr, tm.unc, false, tm.remapFailed, tm.ret("GetRemappedRows")
 	}
 	d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) {
 		return tm.reasons, tm.ret("GetCurrentClocksEventReasons")
@@ -272,7 +284,7 @@ func TestNVMLDegradesUnsupportedFields(t *testing.T) {
 		{
 			name: "row remapping not supported",
 			tm: func(tm telemetry) telemetry {
-				tm.notSupported = map[string]bool{"GetRemappedRows": true}
+				tm.notSupported = map[string]bool{"FI_DEV_REMAPPED_COR": true, "FI_DEV_REMAPPED_UNC": true, "FI_DEV_REMAPPED_FAILURE": true}
 				return tm
 			},
 			check: func(t *testing.T, s Sample) {
@@ -320,7 +332,7 @@ func TestNVMLDegradesUnsupportedFields(t *testing.T) {
 		{
 			name: "no permission for energy, no power reading",
 			tm: func(tm telemetry) telemetry {
-				tm.fail = map[string]nvml.Return{"GetTotalEnergyConsumption": nvml.ERROR_NO_PERMISSION, "GetPowerUsage": nvml.ERROR_NOT_SUPPORTED}
+				tm.fail = map[string]nvml.Return{"FI_DEV_TOTAL_ENERGY_CONSUMPTION": nvml.ERROR_NO_PERMISSION, "GetPowerUsage": nvml.ERROR_NOT_SUPPORTED}
 				return tm
 			},
 			check: func(t *testing.T, s Sample) {
@@ -366,8 +378,7 @@ func TestNVMLDegradesUnsupportedFields(t *testing.T) {
 func TestNVMLSampleErrors(t *testing.T) {
 	t.Parallel()
 	everything := []string{"GetClockInfo", "GetTemperature", "GetFieldValues", "GetPowerUsage",
-		"GetTotalEnergyConsumption", "GetUtilizationRates", "GetMemoryInfo_v2", "GetMemoryInfo", "GetPcieReplayCounter",
-		"GetRemappedRows", "GetCurrentClocksEventReasons"}
+		"GetUtilizationRates", "GetMemoryInfo_v2", "GetMemoryInfo", "GetCurrentClocksEventReasons"}
 	all := func(r nvml.Return) map[string]nvml.Return {
 		m := map[string]nvml.Return{}
 		for _, k := range everything {
@@ -607,5 +618,74 @@ func TestOpenNVMLWithoutDriver(t *testing.T) {
 	defer src.Close()
 	if _, err := src.Devices(context.Background()); err != nil {
 		t.Errorf("Devices on a real driver: %v", err)
+	}
+}
+
+// countCalls wraps every NVML call a sample may make on d so that each
+// adds one to *n. Calls it does not wrap are left unprogrammed on the
+// mock, which panics if one is made.
+func countCalls(d *server.Device, n *int) {
+	clock, temp, fields := d.GetClockInfoFunc, d.GetTemperatureFunc, d.GetFieldValuesFunc
+	power, util, memV2 := d.GetPowerUsageFunc, d.GetUtilizationRatesFunc, d.GetMemoryInfo_v2Func
+	reasons := d.GetCurrentClocksEventReasonsFunc
+	d.GetClockInfoFunc = func(c nvml.ClockType) (uint32, nvml.Return) { *n++; return clock(c) }
+	d.GetTemperatureFunc = func(s nvml.TemperatureSensors) (uint32, nvml.Return) { *n++; return temp(s) }
+	d.GetFieldValuesFunc = func(fv []nvml.FieldValue) nvml.Return { *n++; return fields(fv) }
+	d.GetPowerUsageFunc = func() (uint32, nvml.Return) { *n++; return power() }
+	d.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) { *n++; return util() }
+	d.GetMemoryInfo_v2Func = func() (nvml.Memory_v2, nvml.Return) { *n++; return memV2() }
+	d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { *n++; return reasons() }
+}
+
+// TestNVMLCallsPerSample pins how many NVML calls one sample of one GPU
+// costs: the agent makes them every second for every GPU, so each one is
+// CPU time on every node. The scalar fields share one GetFieldValues.
+func TestNVMLCallsPerSample(t *testing.T) {
+	t.Parallel()
+	srv := newH200(t, busyGPU)
+	var calls int
+	countCalls(srv.Devices[1].(*server.Device), &calls)
+	src := openMock(t, srv)
+	calls = 0 // opening reads the memory size once
+	if _, err := src.Sample(context.Background(), 1); err != nil {
+		t.Fatalf("Sample: %v", err)
+	}
+	// Two clocks, temperature, the field values, power, utilisation,
+	// memory and the clock event reasons.
+	if calls != 8 {
+		t.Errorf("one sample made %d NVML calls, want 8", calls)
+	}
+}
+
+// TestNVMLFieldReportsLostGPU checks that a GPU lost according to a single
+// field of the batched call is reported lost, as a lost call would be.
+func TestNVMLFieldReportsLostGPU(t *testing.T) {
+	t.Parallel()
+	src := openMock(t, newH200(t, func(i int) telemetry {
+		tm := busyGPU(i)
+		tm.fail = map[string]nvml.Return{"FI_DEV_PCIE_REPLAY_COUNTER": nvml.ERROR_GPU_IS_LOST}
+		return tm
+	}))
+	if _, err := src.Sample(context.Background(), 0); !errors.Is(err, ErrGPULost) {
+		t.Errorf("err = %v, want ErrGPULost", err)
+	}
+}
+
+func BenchmarkNVMLSampleOnDGXH200(b *testing.B) {
+	s := dgxh200.New()
+	for i, d := range s.Devices {
+		program(d.(*server.Device), busyGPU(i))
+	}
+	src, err := newNVML(s, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer src.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := src.Sample(ctx, 3); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
