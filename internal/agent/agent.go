@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/tick"
 )
 
 // DefaultInterval is how often the agent samples the GPUs.
@@ -137,31 +138,15 @@ func (a *Agent) Start(ctx context.Context) error {
 	defer a.running.Store(false)
 	a.log.Info("agent started", "interval", a.interval, "gpus", len(a.devs), "source", a.srcName)
 	a.Collect(ctx)
-	align := time.NewTimer(a.interval - time.Duration(time.Now().UnixNano()%int64(a.interval)))
-	defer align.Stop()
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-align.C:
-	}
-	ticker := time.NewTicker(a.interval)
-	defer ticker.Stop()
-	prev := time.Now()
-	for {
+	tick.Run(ctx, a.interval, func(time.Time) error {
 		a.Collect(ctx)
-		select {
-		case <-ctx.Done():
-			a.log.Info("agent stopped", "missed_ticks", a.missed.Load())
-			return nil
-		case now := <-ticker.C:
-			// A ticker drops the ticks its reader was too slow for.
-			if n := int64(now.Sub(prev)/a.interval) - 1; n > 0 {
-				a.missed.Add(uint64(n))
-				a.log.Warn("agent missed ticks", "missed", n)
-			}
-			prev = now
-		}
-	}
+		return nil
+	}, func(n uint64) {
+		a.missed.Add(n)
+		a.log.Warn("agent missed ticks", "missed", n)
+	})
+	a.log.Info("agent stopped", "missed_ticks", a.missed.Load())
+	return nil
 }
 
 // Collect samples every GPU once and publishes the result. A GPU whose

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/tick"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
@@ -147,38 +148,15 @@ func (r *Runner) Start(ctx context.Context) error {
 	defer r.running.Store(false)
 	r.log.Info("live twin started", "speed", r.speed, "tick", r.tick)
 
-	// Align the first tick, as Prometheus spreads its loops over fixed
-	// offsets: ticks then fall at the same phase on every run.
-	align := time.NewTimer(r.tick - time.Duration(time.Now().UnixNano()%int64(r.tick)))
-	defer align.Stop()
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-align.C:
+	err := tick.Run(ctx, r.tick, func(now time.Time) error { return r.advance(ctx, now) }, func(n uint64) {
+		r.missed.Add(n)
+		r.log.Debug("live twin missed ticks", "missed", n)
+	})
+	if err != nil && ctx.Err() == nil {
+		return err
 	}
-	ticker := time.NewTicker(r.tick)
-	defer ticker.Stop()
-	prev := time.Now()
-	for {
-		if err := r.advance(ctx, prev); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			r.log.Info("live twin stopped", "missed_ticks", r.missed.Load())
-			return nil
-		case now := <-ticker.C:
-			// A ticker drops ticks its reader was too slow for.
-			if n := int64(now.Sub(prev)/r.tick) - 1; n > 0 {
-				r.missed.Add(uint64(n))
-				r.log.Debug("live twin missed ticks", "missed", n)
-			}
-			prev = now
-		}
-	}
+	r.log.Info("live twin stopped", "missed_ticks", r.missed.Load())
+	return nil
 }
 
 // advance moves the twin to where the wall clock says it should be, and
