@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/textformat"
 	"github.com/gpuchaos/gpuchaos/internal/tick"
 )
 
@@ -109,7 +110,7 @@ func New(ctx context.Context, opts Options) (*Agent, error) {
 	a.devs = devs
 	a.labels = make([]string, len(devs))
 	for i, d := range devs {
-		a.labels[i] = renderLabels(
+		a.labels[i] = textformat.Labels(
 			"gpu", strconv.Itoa(d.Index), "UUID", d.UUID, "pci_bus_id", d.PCI,
 			"device", "nvidia"+strconv.Itoa(d.Index), "modelName", d.Name, "Hostname", a.host)
 	}
@@ -209,7 +210,7 @@ func (a *Agent) RecordXID(gpuIndex int, code int) {
 		uuid = a.devs[p].UUID
 		a.xidLast[p] = float64(code)
 	}
-	a.xids[renderLabels("gpu", strconv.Itoa(gpuIndex), "UUID", uuid, "code", strconv.Itoa(code))]++
+	a.xids[textformat.Labels("gpu", strconv.Itoa(gpuIndex), "UUID", uuid, "code", strconv.Itoa(code))]++
 }
 
 // RecordBurn records a burn result for GPU gpuIndex: its throughput in
@@ -220,8 +221,8 @@ func (a *Agent) RecordBurn(gpuIndex int, dtype string, tflops float64, newErrors
 	g := strconv.Itoa(gpuIndex)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.burnTFLOPs[renderLabels("gpu", g, "dtype", dtype)] = tflops
-	a.burnErrors[renderLabels("gpu", g)] += float64(newErrors)
+	a.burnTFLOPs[textformat.Labels("gpu", g, "dtype", dtype)] = tflops
+	a.burnErrors[textformat.Labels("gpu", g)] += float64(newErrors)
 }
 
 // RecordInjection counts one injection of fault (a catalogue id such as
@@ -229,7 +230,7 @@ func (a *Agent) RecordBurn(gpuIndex int, dtype string, tflops float64, newErrors
 func (a *Agent) RecordInjection(fault string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.injections[renderLabels("fault", fault)]++
+	a.injections[textformat.Labels("fault", fault)]++
 }
 
 // SetFault marks fault as active (1) on GPU gpuIndex in
@@ -240,7 +241,7 @@ func (a *Agent) SetFault(fault string, gpuIndex int, active bool) {
 	if gpuIndex >= 0 {
 		g = strconv.Itoa(gpuIndex)
 	}
-	key := renderLabels("fault", fault, "gpu", g)
+	key := textformat.Labels("fault", fault, "gpu", g)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if active {

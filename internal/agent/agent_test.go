@@ -6,13 +6,14 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
+
+	"github.com/gpuchaos/gpuchaos/internal/textformat"
 )
 
 // twinSource returns a source over one node of a fresh twin, with the
@@ -249,32 +250,6 @@ func TestNewRejects(t *testing.T) {
 	}
 }
 
-func TestFormatValue(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		in   float64
-		want string
-	}{
-		{0, "0"}, {1980, "1980"}, {98765432100, "98765432100"}, {-3, "-3"},
-		{123.456, "123.456"}, {0.1, "0.1"}, {1e300, "1e+300"},
-		{math.Inf(1), "+Inf"}, {math.Inf(-1), "-Inf"}, {math.NaN(), "NaN"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.want, func(t *testing.T) {
-			got := formatValue(tc.in)
-			if got != tc.want {
-				t.Errorf("formatValue(%v) = %q, want %q", tc.in, got, tc.want)
-			}
-			if !math.IsNaN(tc.in) {
-				back, err := strconv.ParseFloat(strings.TrimPrefix(got, "+"), 64)
-				if err != nil || back != tc.in {
-					t.Errorf("%q reads back as %v (%v)", got, back, err)
-				}
-			}
-		})
-	}
-}
-
 // FuzzLabelValues checks that any label value (a hostname, a model name,
 // a fault id from a user's file) leaves a page Prometheus' parser reads
 // back to the same value.
@@ -286,7 +261,7 @@ func FuzzLabelValues(f *testing.F) {
 		if !utf8Valid(v) {
 			t.Skip("the text format carries UTF-8")
 		}
-		line := "m" + renderLabels("a", v, "b", "x") + " " + formatValue(x) + "\n"
+		line := "m" + textformat.Labels("a", v, "b", "x") + " " + textformat.FormatValue(x) + "\n"
 		fams := parse(t, []byte("# TYPE m gauge\n"+line))
 		m := fams["m"].GetMetric()[0]
 		if got := labelMap(m)["a"]; got != v {

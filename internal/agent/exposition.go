@@ -3,10 +3,9 @@ package agent
 import (
 	"bytes"
 	"math"
-	"strconv"
-	"strings"
 
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/textformat"
 )
 
 // gpuMetric is one dcgm-exporter field the agent exports, with its type
@@ -57,10 +56,10 @@ func (a *Agent) exposition() []byte {
 				continue // not reported by this GPU or driver
 			}
 			if !header {
-				writeHeader(&b, m.name, m.typ, m.help)
+				textformat.WriteHeader(&b, m.name, m.typ, m.help)
 				header = true
 			}
-			writeSample(&b, m.name, a.labels[i], v)
+			textformat.WriteSample(&b, m.name, a.labels[i], v)
 		}
 	}
 	header := false
@@ -69,16 +68,16 @@ func (a *Agent) exposition() []byte {
 			continue
 		}
 		if !header {
-			writeHeader(&b, xidMetric, "gauge", "Value of the last XID error encountered.")
+			textformat.WriteHeader(&b, xidMetric, "gauge", "Value of the last XID error encountered.")
 			header = true
 		}
-		writeSample(&b, xidMetric, a.labels[i], a.xidLast[i])
+		textformat.WriteSample(&b, xidMetric, a.labels[i], a.xidLast[i])
 	}
 
-	writeHeader(&b, "gpuchaos_agent_info", "gauge", "The gpuchaos agent serving this page; always 1.")
-	writeSample(&b, "gpuchaos_agent_info", renderLabels("version", a.version, "source", a.srcName, "Hostname", a.host), 1)
-	writeHeader(&b, "gpuchaos_agent_missed_ticks_total", "counter", "Sampling ticks the agent missed because a pass overran.")
-	writeSample(&b, "gpuchaos_agent_missed_ticks_total", "", float64(a.missed.Load()))
+	textformat.WriteHeader(&b, "gpuchaos_agent_info", "gauge", "The gpuchaos agent serving this page; always 1.")
+	textformat.WriteSample(&b, "gpuchaos_agent_info", textformat.Labels("version", a.version, "source", a.srcName, "Hostname", a.host), 1)
+	textformat.WriteHeader(&b, "gpuchaos_agent_missed_ticks_total", "counter", "Sampling ticks the agent missed because a pass overran.")
+	textformat.WriteSample(&b, "gpuchaos_agent_missed_ticks_total", "", float64(a.missed.Load()))
 	writeFamily(&b, "gpuchaos_active_faults", "gauge", "Faults gpuchaos has injected and not yet recovered; 1 while active.", a.active, func(bool) float64 { return 1 })
 	writeFamily(&b, "gpuchaos_injections_total", "counter", "Injections gpuchaos made on this node, by fault.", a.injections, ident)
 	writeFamily(&b, "gpuchaos_xid_events_total", "counter", "XID errors seen in the kernel log, by GPU and code.", a.xids, ident)
@@ -95,74 +94,8 @@ func writeFamily[V any](b *bytes.Buffer, name, typ, help string, m map[string]V,
 	if len(m) == 0 {
 		return
 	}
-	writeHeader(b, name, typ, help)
+	textformat.WriteHeader(b, name, typ, help)
 	for _, k := range sortedKeys(m) {
-		writeSample(b, name, k, value(m[k]))
+		textformat.WriteSample(b, name, k, value(m[k]))
 	}
-}
-
-func writeHeader(b *bytes.Buffer, name, typ, help string) {
-	b.WriteString("# HELP ")
-	b.WriteString(name)
-	b.WriteByte(' ')
-	b.WriteString(helpEscaper.Replace(help))
-	b.WriteString("\n# TYPE ")
-	b.WriteString(name)
-	b.WriteByte(' ')
-	b.WriteString(typ)
-	b.WriteByte('\n')
-}
-
-// writeSample writes one line; labels is renderLabels' output or "".
-func writeSample(b *bytes.Buffer, name, labels string, v float64) {
-	b.WriteString(name)
-	b.WriteString(labels)
-	b.WriteByte(' ')
-	b.Write(appendValue(b.AvailableBuffer(), v))
-	b.WriteByte('\n')
-}
-
-var (
-	labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
-)
-
-// renderLabels renders name, value pairs in the order given ({a="1",b="2"}),
-// escaping values as the text format requires. dcgm-exporter's order is
-// kept for its labels, so a page reads like its.
-func renderLabels(kv ...string) string {
-	var b strings.Builder
-	b.WriteByte('{')
-	for i := 0; i+1 < len(kv); i += 2 {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(kv[i])
-		b.WriteString(`="`)
-		b.WriteString(labelEscaper.Replace(kv[i+1]))
-		b.WriteByte('"')
-	}
-	b.WriteByte('}')
-	return b.String()
-}
-
-// formatValue writes a float so the text format reads it back exactly;
-// whole numbers print without an exponent, as dcgm-exporter prints its
-// integer fields (an energy counter in mJ reaches 1e10 within days).
-func formatValue(v float64) string { return string(appendValue(nil, v)) }
-
-// appendValue appends formatValue's text to dst; writing a page through it
-// into the buffer's spare room allocates nothing per sample.
-func appendValue(dst []byte, v float64) []byte {
-	switch {
-	case math.IsInf(v, 1):
-		return append(dst, "+Inf"...)
-	case math.IsInf(v, -1):
-		return append(dst, "-Inf"...)
-	case math.IsNaN(v):
-		return append(dst, "NaN"...)
-	case v == math.Trunc(v) && math.Abs(v) < 1<<53:
-		return strconv.AppendInt(dst, int64(v), 10)
-	}
-	return strconv.AppendFloat(dst, v, 'g', -1, 64)
 }

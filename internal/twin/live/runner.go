@@ -9,13 +9,13 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/textformat"
 	"github.com/gpuchaos/gpuchaos/internal/tick"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
@@ -281,51 +281,14 @@ func writeExposition(b *bytes.Buffer, tw *twin.Twin, metrics []string) {
 			}
 			if !header {
 				f := describe(m)
-				fmt.Fprintf(b, "# HELP %s %s\n# TYPE %s %s\n", m, escapeHelp(f.help), m, f.typ)
+				textformat.WriteHeader(b, m, f.typ, f.help)
 				header = true
 			}
-			b.WriteString(m)
-			if len(s.Labels) > 0 {
-				b.WriteByte('{')
-				for i, l := range s.Labels {
-					if i > 0 {
-						b.WriteByte(',')
-					}
-					b.WriteString(l.Name)
-					b.WriteString(`="`)
-					b.WriteString(escapeLabel(l.Value))
-					b.WriteByte('"')
-				}
-				b.WriteByte('}')
+			kv := make([]string, 0, 2*len(s.Labels))
+			for _, l := range s.Labels {
+				kv = append(kv, l.Name, l.Value)
 			}
-			b.WriteByte(' ')
-			b.WriteString(formatValue(s.Samples[n-1].V))
-			b.WriteByte('\n')
+			textformat.WriteSample(b, m, textformat.Labels(kv...), s.Samples[n-1].V)
 		}
 	}
-}
-
-var (
-	labelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	helpEscaper  = strings.NewReplacer(`\`, `\\`, "\n", `\n`)
-)
-
-// escapeLabel escapes a label value as the text format requires:
-// backslash, double quote and line feed.
-func escapeLabel(s string) string { return labelEscaper.Replace(s) }
-
-// escapeHelp escapes a HELP text: backslash and line feed.
-func escapeHelp(s string) string { return helpEscaper.Replace(s) }
-
-// formatValue writes a float as the text format reads it back exactly.
-func formatValue(v float64) string {
-	switch {
-	case math.IsInf(v, 1):
-		return "+Inf"
-	case math.IsInf(v, -1):
-		return "-Inf"
-	case math.IsNaN(v):
-		return "NaN"
-	}
-	return strconv.FormatFloat(v, 'g', -1, 64)
 }

@@ -19,6 +19,8 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
+
+	"github.com/gpuchaos/gpuchaos/internal/textformat"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -215,46 +217,6 @@ func labelMap(ls twin.Labels) map[string]string {
 	return m
 }
 
-func TestEscaping(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name, in, label, help string
-	}{
-		{"plain", "H200", "H200", "H200"},
-		{"quote", `say "hi"`, `say \"hi\"`, `say "hi"`},
-		{"backslash", `a\b`, `a\\b`, `a\\b`},
-		{"line feed", "a\nb", `a\nb`, `a\nb`},
-		{"escape-looking text", `\n`, `\\n`, `\\n`},
-		{"unicode", "GPU-é", "GPU-é", "GPU-é"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := escapeLabel(tc.in); got != tc.label {
-				t.Errorf("escapeLabel(%q) = %q, want %q", tc.in, got, tc.label)
-			}
-			if got := escapeHelp(tc.in); got != tc.help {
-				t.Errorf("escapeHelp(%q) = %q, want %q", tc.in, got, tc.help)
-			}
-		})
-	}
-}
-
-func TestFormatValue(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		in   float64
-		want string
-	}{
-		{0, "0"}, {65, "65"}, {0.9731, "0.9731"}, {-2.5, "-2.5"},
-		{1.23e21, "1.23e+21"}, {math.Inf(1), "+Inf"}, {math.Inf(-1), "-Inf"}, {math.NaN(), "NaN"},
-	}
-	for _, tc := range tests {
-		if got := formatValue(tc.in); got != tc.want {
-			t.Errorf("formatValue(%v) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-}
-
 // FuzzLabelRoundTrip checks that any label value survives escaping and the
 // text format's rules for reading it back.
 func FuzzLabelRoundTrip(f *testing.F) {
@@ -262,7 +224,7 @@ func FuzzLabelRoundTrip(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		page := "# HELP m h\n# TYPE m gauge\nm{l=\"" + escapeLabel(v) + "\"} 1\n"
+		page := "# HELP m h\n# TYPE m gauge\nm{l=\"" + textformat.EscapeLabel(v) + "\"} 1\n"
 		fams, _, err := parseExposition(strings.NewReader(page))
 		if err != nil {
 			t.Fatalf("value %q: %v\n%s", v, err, page)
