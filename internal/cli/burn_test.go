@@ -29,14 +29,7 @@ func TestBurnCommandInput(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var out, errb bytes.Buffer
-			code := Main(tc.args, strings.NewReader(""), &out, &errb)
-			if code != tc.wantCode || !strings.Contains(errb.String(), tc.wantErr) {
-				t.Fatalf("exit %d, stderr %q; want %d and %q", code, errb.String(), tc.wantCode, tc.wantErr)
-			}
-			if n := strings.Count(errb.String(), "\n"); n != 1 {
-				t.Errorf("stderr has %d lines; want one", n)
-			}
+			wantBadInput(t, tc.args, tc.wantCode, tc.wantErr)
 		})
 	}
 }

@@ -133,7 +133,7 @@ func TestTwinServeBadFlags(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			code, _, errs := runTwin(t, append([]string{"twin", "serve"}, tc.args...)...)
+			code, _, errs := runCLI(t, "", append([]string{"twin", "serve"}, tc.args...)...)
 			if code != tc.code || !strings.Contains(errs, tc.want) {
 				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, errs, tc.code, tc.want)
 			}

@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -9,18 +8,9 @@ import (
 	"testing"
 )
 
-// runTwin calls Main directly rather than through another file's helper, so
-// this test stands on its own.
-func runTwin(t *testing.T, args ...string) (code int, stdout, stderr string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code = Main(args, strings.NewReader(""), &out, &errb)
-	return code, out.String(), errb.String()
-}
-
 func TestTwinSimulateJSON(t *testing.T) {
 	t.Parallel()
-	code, out, errs := runTwin(t, "twin", "simulate", "--gpus", "16384", "--days", "30", "--format", "json")
+	code, out, errs := runCLI(t, "", "twin", "simulate", "--gpus", "16384", "--days", "30", "--format", "json")
 	if code != 0 || errs != "" {
 		t.Fatalf("exit %d, stderr %q", code, errs)
 	}
@@ -79,7 +69,7 @@ func TestTwinSimulateJSON(t *testing.T) {
 
 func TestTwinSimulateTable(t *testing.T) {
 	t.Parallel()
-	code, out, errs := runTwin(t, "twin", "simulate", "--gpus", "1024", "--days", "10", "--seed", "3", "--async")
+	code, out, errs := runCLI(t, "", "twin", "simulate", "--gpus", "1024", "--days", "10", "--seed", "3", "--async")
 	if code != 0 || errs != "" {
 		t.Fatalf("exit %d, stderr %q", code, errs)
 	}
@@ -93,8 +83,8 @@ func TestTwinSimulateTable(t *testing.T) {
 func TestTwinSimulateIsReproducible(t *testing.T) {
 	t.Parallel()
 	args := []string{"twin", "simulate", "--gpus", "4096", "--days", "20", "--seed", "9", "--format", "json"}
-	_, a, _ := runTwin(t, args...)
-	_, b, _ := runTwin(t, args...)
+	_, a, _ := runCLI(t, "", args...)
+	_, b, _ := runCLI(t, "", args...)
 	if a != b || a == "" {
 		t.Fatal("the same seed printed different results")
 	}
@@ -110,7 +100,7 @@ func TestTwinSimulateRatesFile(t *testing.T) {
 	if err := os.WriteFile(file, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := runTwin(t, "twin", "simulate", "--gpus", "1024", "--days", "30", "--rates", file, "--format", "json")
+	code, out, errs := runCLI(t, "", "twin", "simulate", "--gpus", "1024", "--days", "30", "--rates", file, "--format", "json")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, errs)
 	}
@@ -166,7 +156,7 @@ func TestTwinSimulateRejectsBadInput(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			code, out, errs := runTwin(t, append([]string{"twin", "simulate"}, tt.args...)...)
+			code, out, errs := runCLI(t, "", append([]string{"twin", "simulate"}, tt.args...)...)
 			if code == 0 {
 				t.Fatalf("exit 0, stdout %q", out)
 			}
@@ -184,7 +174,7 @@ func TestTwinSimulateRejectsBadInput(t *testing.T) {
 
 func TestTwinWithoutSubcommandShowsHelp(t *testing.T) {
 	t.Parallel()
-	code, out, _ := runTwin(t, "twin")
+	code, out, _ := runCLI(t, "", "twin")
 	if code != 0 || !strings.Contains(out, "simulate") {
 		t.Errorf("exit %d, output %q", code, out)
 	}

@@ -9,6 +9,19 @@ import (
 	"testing"
 )
 
+// wantBadInput runs args and checks the exit code and that stderr is one
+// line containing want.
+func wantBadInput(t *testing.T, args []string, wantCode int, want string) {
+	t.Helper()
+	code, _, errs := runCLI(t, "", args...)
+	if code != wantCode || !strings.Contains(errs, want) {
+		t.Fatalf("exit %d, stderr %q; want %d and %q", code, errs, wantCode, want)
+	}
+	if n := strings.Count(errs, "\n"); n != 1 {
+		t.Errorf("stderr has %d lines; want one", n)
+	}
+}
+
 func runCLI(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
