@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/xid"
 )
 
 // EvalInterval is the rule evaluation interval the built-in detectors
@@ -293,11 +294,16 @@ func subjectOf(p Point) Subject { return SubjectFromLabels(p.Labels) }
 
 // SubjectFromLabels reads what a series or alert is about from the labels
 // exporters set: Hostname (dcgm-exporter) or node (kube-state-metrics), gpu,
-// UUID, pci_bus_id and job.
+// UUID, pci_bus_id (turned into the kernel's form, as Subject.PCI is) and
+// job.
 func SubjectFromLabels(ls twin.Labels) Subject {
 	node := ls.Get("Hostname")
 	if node == "" {
 		node = ls.Get("node")
 	}
-	return Subject{Node: node, GPU: ls.Get("gpu"), UUID: ls.Get("UUID"), PCI: ls.Get("pci_bus_id"), Job: ls.Get("job")}
+	pci := ls.Get("pci_bus_id")
+	if n, ok := xid.NormalizePCI(pci); ok {
+		pci = n
+	}
+	return Subject{Node: node, GPU: ls.Get("gpu"), UUID: ls.Get("UUID"), PCI: pci, Job: ls.Get("job")}
 }

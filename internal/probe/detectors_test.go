@@ -26,7 +26,7 @@ func gpu(node string, idx int) twin.Labels {
 
 func gpuSubject(node string, idx int) probe.Subject {
 	i := strconv.Itoa(idx)
-	return probe.Subject{Node: node, GPU: i, UUID: "GPU-" + node + "-" + i, PCI: "00000000:18:00.0"}
+	return probe.Subject{Node: node, GPU: i, UUID: "GPU-" + node + "-" + i, PCI: "0000:18:00"}
 }
 
 // h is shorthand for a 40-minute history ending at now.

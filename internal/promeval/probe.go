@@ -9,8 +9,6 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/rules"
-	"github.com/gpuchaos/gpuchaos/internal/twin"
-	"github.com/gpuchaos/gpuchaos/internal/xid"
 )
 
 // ClockSource is a Source with a clock: the twin.
@@ -95,23 +93,8 @@ func (p *alertProbe) Observe(ctx context.Context) (probe.Observation, error) {
 	}
 	obs := probe.Observation{Holds: true, Value: vals[0]}
 	for _, a := range alerts {
-		obs.Subjects = append(obs.Subjects, SubjectOf(a.Labels))
+		obs.Subjects = append(obs.Subjects, probe.SubjectFromLabels(a.Labels))
 	}
 	obs.Detail = fmt.Sprintf("%d alerts firing, first %s = %g", len(alerts), alerts[0].Labels, vals[0])
 	return obs, nil
-}
-
-// SubjectOf maps an alert's labels to what it is about, by the labels
-// dcgm-exporter and kube-state-metrics set: Hostname or node, gpu, UUID,
-// pci_bus_id (in the kernel's form when it parses) and job.
-func SubjectOf(ls twin.Labels) probe.Subject {
-	node := ls.Get("Hostname")
-	if node == "" {
-		node = ls.Get("node")
-	}
-	pci := ls.Get("pci_bus_id")
-	if n, ok := xid.NormalizePCI(pci); ok {
-		pci = n
-	}
-	return probe.Subject{Node: node, GPU: ls.Get("gpu"), UUID: ls.Get("UUID"), PCI: pci, Job: ls.Get("job")}
 }
