@@ -112,8 +112,6 @@ type Result struct {
 type Baseline struct {
 	Job            JobImpact `json:"job"`
 	FalsePositives []string  `json:"false_positives"`
-
-	recommendedFP map[*rules.Rule]bool
 }
 
 // jobName is the training job of the default twin; faults that need a job

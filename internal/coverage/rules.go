@@ -34,8 +34,7 @@ type Detector struct {
 	Status string `json:"status,omitempty"`
 	Reason string `json:"reason,omitempty"`
 
-	builtin *probe.Detector
-	rule    *rules.Rule
+	rule *rules.Rule
 }
 
 // RuleReport is one rule of the set under test, alert or record: its
@@ -83,7 +82,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 func Builtins(ds []*probe.Detector) []*Detector {
 	out := make([]*Detector, len(ds))
 	for i, d := range ds {
-		out[i] = &Detector{Name: d.Name, Kind: "builtin", Layer: d.Layer, Reads: d.Reads, Rule: d.Rule, Description: d.Description, builtin: d}
+		out[i] = &Detector{Name: d.Name, Kind: "builtin", Layer: d.Layer, Reads: d.Reads, Rule: d.Rule, Description: d.Description}
 	}
 	return out
 }

@@ -67,10 +67,6 @@ const (
 	jobUp     = "gpuchaos_job_up"
 )
 
-func sel(metric string) func(Source) Expr {
-	return func(s Source) Expr { return Selector(s, metric, nil) }
-}
-
 // busy restricts a GPU expression to GPUs doing work, so an idle GPU's low
 // clock or bandwidth is not mistaken for a fault.
 func busy(s Source, e Expr) Expr {

@@ -63,9 +63,8 @@ type Twin struct {
 	byNode map[string]*node
 	byJob  map[string]*job
 
-	applied  map[string]*application
-	active   []*application // in apply order, so overlapping effects combine deterministically
-	applySeq uint64
+	applied map[string]*application
+	active  []*application // in apply order, so overlapping effects combine deterministically
 
 	store seriesStore
 	logs  []LogLine
