@@ -14,7 +14,6 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/promeval"
 	"github.com/gpuchaos/gpuchaos/internal/rules"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
@@ -128,20 +127,7 @@ func ruleCells(ctx context.Context, eng *promql.Engine, cols []*Detector, set *r
 	if err != nil {
 		return nil, fmt.Errorf("evaluate rules: %w", err)
 	}
-	inv := tw.Inventory()
-	var refs []target.Ref
-	for _, in := range rec.Plan.Injections {
-		refs = append(refs, in.Ref)
-	}
-	concerns := func(ls twin.Labels) bool {
-		s := probe.SubjectFromLabels(ls)
-		for _, r := range refs {
-			if engine.Matches(s, r, inv) {
-				return true
-			}
-		}
-		return false
-	}
+	concerns := func(ls twin.Labels) bool { return rec.Plan.Concerns(probe.SubjectFromLabels(ls)) }
 	cells := map[string]Cell{}
 	end := rec.InjectedAt.Add(window)
 	for _, d := range cols {

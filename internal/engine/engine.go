@@ -586,10 +586,19 @@ func (e *Engine) concerns(obs probe.Observation, plan *Plan) bool {
 		return true
 	}
 	for _, s := range obs.Subjects {
-		for _, in := range plan.Injections {
-			if Matches(s, in.Ref, plan.inv) {
-				return true
-			}
+		if plan.Concerns(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// Concerns reports whether a subject is about something the plan touches
+// (see Matches).
+func (p *Plan) Concerns(s probe.Subject) bool {
+	for _, in := range p.Injections {
+		if Matches(s, in.Ref, p.inv) {
+			return true
 		}
 	}
 	return false
