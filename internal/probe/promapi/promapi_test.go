@@ -309,7 +309,7 @@ func TestProbes(t *testing.T) {
 			query: count, holds: true, value: 7, subjects: []probe.Subject{{Node: "gpu-node-0"}, {Node: "gpu-node-1"}}},
 		{name: "hottest GPU", spec: v1alpha1.PrometheusProbe{Query: temp, Op: ">=", Value: num(64)},
 			query: temp, holds: true, value: 64,
-			subjects: []probe.Subject{{Node: "gpu-node-0", GPU: "7", UUID: "GPU-c104906c-7b05-6251-078a-ef8bcefaad1c", PCI: "00000000:DB:00.0", Job: "gpuchaos-twin"}}},
+			subjects: []probe.Subject{{Node: "gpu-node-0", GPU: "7", UUID: "GPU-c104906c-7b05-6251-078a-ef8bcefaad1c", PCI: "0000:db:00", Job: "gpuchaos-twin"}}},
 		{name: "coolest GPUs", spec: v1alpha1.PrometheusProbe{Query: temp, Op: "<=", Value: num(62)},
 			query: temp, holds: true, value: 62},
 		{name: "job series name the training job", spec: v1alpha1.PrometheusProbe{Query: `gpuchaos_job_up`, Op: "==", Value: num(0)},
