@@ -11,7 +11,7 @@
 #   agent args default to: --listen 127.0.0.1:9400 --interval 1s
 #
 # Prints one line per figure and a final JSON line:
-#   {"wall_s":…,"cpu_s":…,"cpu_pct_of_one_core":…,"rss_mib":…,"max_rss_mib":…,"scrapes":…}
+#   {"wall_s":…,"cpu_s":…,"user_s":…,"sys_s":…,"cpu_pct_of_one_core":…,"rss_mib":…,"max_rss_mib":…,"scrapes":…}
 # cpu is utime+stime of the agent over the window (from /proc/PID/stat);
 # max_rss is VmHWM, the peak resident set since the agent started (start-up
 # included), rss is VmRSS at the end.
@@ -71,8 +71,11 @@ done
 fetch "http://$listen/healthz" >/dev/null || { echo "agent not healthy" >&2; cat "$log" >&2; exit 1; }
 
 tck=$(getconf CLK_TCK)
-# Fields 14 and 15 of /proc/PID/stat (after the parenthesised command).
+# Fields 14 and 15 of /proc/PID/stat (after the parenthesised command):
+# user and system time. The split says where the cost is: system time is
+# NVML's ioctls into the driver, user time is NVML and Go.
 cpu_ticks() { awk '{ sub(/^.*\) /, ""); print $12 + $13 }' "/proc/$pid/stat"; }
+user_ticks() { awk '{ sub(/^.*\) /, ""); print $12 }' "/proc/$pid/stat"; }
 # kib NAME prints a /proc/PID/status field in KiB, 0 where the kernel
 # (gVisor, say) does not report it.
 kib() { awk -v k="$1" '$1 == k":" { v = $2 } END { print v + 0 }' "/proc/$pid/status"; }
@@ -82,6 +85,7 @@ calc() { awk "BEGIN { printf \"%.6f\", ($1) }"; }
 now_s() { date +%s.%N; }
 
 c0=$(cpu_ticks)
+u0=$(user_ticks)
 t0=$(now_s)
 scrapes=0
 end=$(calc "$t0 + $dur")
@@ -96,20 +100,23 @@ while :; do
 	sleep 0.2
 done
 c1=$(cpu_ticks)
+u1=$(user_ticks)
 t1=$(now_s)
 rss=$(kib VmRSS)
 hwm=$(kib VmHWM)
 
 wall=$(calc "$t1 - $t0")
 cpu=$(calc "($c1 - $c0) / $tck")
+user=$(calc "($u1 - $u0) / $tck")
+sys=$(calc "$cpu - $user")
 pct=$(calc "100 * $cpu / $wall")
 rss_mib=$(calc "$rss / 1024")
 hwm_mib=$(calc "$hwm / 1024")
 printf 'agent:        %s agent %s\n' "$bin" "${args[*]}"
 printf 'wall:         %.1f s\n' "$wall"
-printf 'cpu:          %.2f s (%.3f %% of one core)\n' "$cpu" "$pct"
+printf 'cpu:          %.2f s (%.3f %% of one core; user %.2f s, system %.2f s)\n' "$cpu" "$pct" "$user" "$sys"
 printf 'rss now:      %.1f MiB\n' "$rss_mib"
 printf 'max rss:      %.1f MiB (VmHWM)\n' "$hwm_mib"
 printf 'scrapes:      %d\n' "$scrapes"
-printf '{"wall_s":%.1f,"cpu_s":%.2f,"cpu_pct_of_one_core":%.3f,"rss_mib":%.1f,"max_rss_mib":%.1f,"scrapes":%d}\n' \
-	"$wall" "$cpu" "$pct" "$rss_mib" "$hwm_mib" "$scrapes"
+printf '{"wall_s":%.1f,"cpu_s":%.2f,"user_s":%.2f,"sys_s":%.2f,"cpu_pct_of_one_core":%.3f,"rss_mib":%.1f,"max_rss_mib":%.1f,"scrapes":%d}\n' \
+	"$wall" "$cpu" "$user" "$sys" "$pct" "$rss_mib" "$hwm_mib" "$scrapes"

@@ -606,9 +606,10 @@ func (p *Plan) Concerns(s probe.Subject) bool {
 
 // Matches reports whether an observation's subject is about the injected
 // target r: the same GPU (by index, UUID or PCI address), the same node for
-// a node-level subject, or a job with a rank on the GPU or node. An empty
-// subject matches everything: the observation could not say what it is
-// about.
+// a node-level subject, or a job with a rank on the GPU or node. A GPU
+// subject without a node matches by UUID, or by index or bus id when the
+// inventory has the one node. An empty subject matches everything: the
+// observation could not say what it is about.
 func Matches(s probe.Subject, r target.Ref, inv target.Inventory) bool {
 	if s == (probe.Subject{}) {
 		return true
@@ -625,17 +626,27 @@ func Matches(s probe.Subject, r target.Ref, inv target.Inventory) bool {
 		}
 		return s.GPU == strconv.Itoa(r.GPU) || s.UUID != "" && s.UUID == r.UUID || s.PCI != "" && samePCI(s.PCI, r.PCI)
 	}
-	if s.Job != "" {
-		switch r.Kind {
-		case catalog.ScopeJob, catalog.ScopeRank:
-			return s.Job == r.Job
-		case catalog.ScopeNode:
-			return jobOn(inv, s.Job, r.Node, -1)
-		default:
-			return jobOn(inv, s.Job, r.Node, r.GPU)
+	if s.Job == "" {
+		// A GPU named without its node (a series without a Hostname
+		// label, such as the agent's own event counters): a UUID is
+		// unique anywhere; an index or bus id only on a one-node
+		// inventory.
+		switch {
+		case s.UUID != "":
+			return s.UUID == r.UUID
+		case len(inv.Nodes) == 1 && inv.Nodes[0].Name == r.Node && r.Kind != catalog.ScopeJob:
+			return r.Kind == catalog.ScopeNode || s.GPU == strconv.Itoa(r.GPU) || s.PCI != "" && samePCI(s.PCI, r.PCI)
 		}
+		return false
 	}
-	return false
+	switch r.Kind {
+	case catalog.ScopeJob, catalog.ScopeRank:
+		return s.Job == r.Job
+	case catalog.ScopeNode:
+		return jobOn(inv, s.Job, r.Node, -1)
+	default:
+		return jobOn(inv, s.Job, r.Node, r.GPU)
+	}
 }
 
 func jobOn(inv target.Inventory, job, node string, gpu int) bool {

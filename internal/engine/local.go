@@ -21,6 +21,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/probe/promapi"
+	"github.com/gpuchaos/gpuchaos/internal/probe/scrape"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 	"github.com/gpuchaos/gpuchaos/internal/xidwatch"
@@ -42,6 +43,11 @@ type LocalOptions struct {
 	// Prometheus is the base URL Prometheus probes without a url of their
 	// own ask; empty refuses such probes.
 	Prometheus string
+	// Exporter is the /metrics page threshold probes and the built-in
+	// exporter detectors read, scraped at each observation as a
+	// Prometheus would (see internal/probe/scrape); empty means the
+	// gpuchaos agent's default, DefaultExporter.
+	Exporter string
 	// Client sends Prometheus queries; nil means http.DefaultClient.
 	Client *http.Client
 	// LogWindow is how long a matching kernel log line keeps a log probe
@@ -52,6 +58,9 @@ type LocalOptions struct {
 	LogHistory int
 }
 
+// DefaultExporter is where the gpuchaos agent serves by default.
+const DefaultExporter = "http://127.0.0.1:9400/metrics"
+
 // LocalTarget runs experiments on the node it runs on, on the wall clock.
 // Faults go through the node's mechanisms (the kernel-log mechanism writes
 // to /dev/kmsg); probes read the real kernel log, which the target follows
@@ -61,6 +70,9 @@ type LocalTarget struct {
 	host  string
 	devs  []gpu.Device
 	watch *xidwatch.Watcher
+	// metrics is the history of the exporter page, shared by every
+	// metric probe so one observation round costs one fetch.
+	metrics *scrape.Store
 
 	mu    sync.Mutex
 	lines []logLine // ring of recent records, oldest first once full
@@ -99,7 +111,14 @@ func StartLocal(ctx context.Context, opts LocalOptions) (*LocalTarget, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start local target: list gpus: %w", err)
 	}
-	t := &LocalTarget{opts: opts, host: host, devs: devs}
+	if opts.Exporter == "" {
+		opts.Exporter = DefaultExporter
+	}
+	store, err := scrape.New(scrape.Options{URL: opts.Exporter, Client: opts.Client})
+	if err != nil {
+		return nil, fmt.Errorf("start local target: %w", err)
+	}
+	t := &LocalTarget{opts: opts, host: host, devs: devs, metrics: store}
 	f, err := kmsg.Open(opts.Kmsg)
 	if err != nil {
 		return nil, fmt.Errorf("start local target: %w", err)
@@ -197,9 +216,10 @@ func (t *LocalTarget) Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.In
 }
 
 // Probe builds a probe over the node's kernel log (a log pattern, or the
-// kmsg-xid detector through the XID watcher) or a Prometheus probe. Other
-// detectors and threshold probes read metric history the local target
-// does not keep; ask a Prometheus that scrapes the agent instead.
+// kmsg-xid detector through the XID watcher), a Prometheus probe, or a
+// threshold probe or built-in detector over the exporter's page (the
+// agent's by default), which the target scrapes at each observation and
+// keeps a history of, as a Prometheus would.
 func (t *LocalTarget) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, error) {
 	switch {
 	case spec.Prometheus != nil:
@@ -214,10 +234,14 @@ func (t *LocalTarget) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, 
 		// The watcher's probe counts XIDs read since it was made, so an
 		// XID logged before the run does not read as already firing.
 		return xidwatch.NewProbe(t.watch, name, t.host, nil), nil
-	case spec.Detector != "":
-		return nil, fmt.Errorf("probe %s: detector %s reads metrics the local target does not keep; on local use kmsg-xid, a log probe, or a prometheus probe", name, spec.Detector)
+	case spec.Detector != "", spec.Threshold != nil:
+		p, err := probe.FromSpec(name, spec, t.metrics)
+		if err != nil {
+			return nil, fmt.Errorf("probe %s: %w", name, err)
+		}
+		return scrape.Probe(p, t.metrics), nil
 	}
-	return nil, fmt.Errorf("probe %s: the local target runs log, kmsg-xid and prometheus probes only", name)
+	return nil, fmt.Errorf("probe %s: defines nothing: set detector, threshold, log or prometheus", name)
 }
 
 // localLogProbe holds while a kernel log line matching re was read within

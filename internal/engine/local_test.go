@@ -156,10 +156,13 @@ func TestLocalTargetProbes(t *testing.T) {
 		{name: "kmsg-xid", spec: v1alpha1.ProbeSpec{Detector: "kmsg-xid"}},
 		{name: "log", spec: v1alpha1.ProbeSpec{Log: &v1alpha1.LogProbe{Pattern: "Xid"}}},
 		{name: "bad pattern", spec: v1alpha1.ProbeSpec{Log: &v1alpha1.LogProbe{Pattern: "("}}, wantErr: "log pattern"},
-		{name: "metric detector", spec: v1alpha1.ProbeSpec{Detector: "dcgm-xid-errors"}, wantErr: "reads metrics"},
+		{name: "metric detector", spec: v1alpha1.ProbeSpec{Detector: "dcgm-xid-errors"}},
+		{name: "unknown detector", spec: v1alpha1.ProbeSpec{Detector: "no-such"}, wantErr: `"no-such" is not a built-in detector`},
 		{name: "prometheus", spec: v1alpha1.ProbeSpec{Prometheus: &v1alpha1.PrometheusProbe{URL: "http://127.0.0.1:9090", Alert: "GpuXid"}}},
 		{name: "prometheus without url", spec: v1alpha1.ProbeSpec{Prometheus: &v1alpha1.PrometheusProbe{Alert: "GpuXid"}}, wantErr: "no Prometheus URL"},
-		{name: "threshold", spec: v1alpha1.ProbeSpec{Threshold: &v1alpha1.ThresholdProbe{Metric: "x", Op: ">", Value: 1}}, wantErr: "log, kmsg-xid and prometheus"},
+		{name: "threshold", spec: v1alpha1.ProbeSpec{Threshold: &v1alpha1.ThresholdProbe{Metric: "x", Op: ">", Value: 1}}},
+		{name: "bad comparison", spec: v1alpha1.ProbeSpec{Threshold: &v1alpha1.ThresholdProbe{Metric: "x", Op: "=>", Value: 1}}, wantErr: `comparison "=>"`},
+		{name: "empty", spec: v1alpha1.ProbeSpec{}, wantErr: "defines nothing"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

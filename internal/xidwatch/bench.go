@@ -3,9 +3,15 @@ package xidwatch
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
@@ -36,27 +42,43 @@ type BenchOptions struct {
 	Kmsg   kmsg.Options
 	Writer kmsg.Writer
 	// Sink, when set, is called with each event inside the timed path, as
-	// the agent's exporter would be (RecordXID).
+	// the agent's exporter would be (RecordXID). Not used with Metrics.
 	Sink func(Event)
+	// Metrics, when set, is the /metrics URL of a running gpuchaos agent:
+	// instead of its own watcher, Bench then times each line until the
+	// agent's gpuchaos_xid_events_total{code} has counted it, polling the
+	// page back to back — what a scrape would see, through the agent's
+	// own watcher, recorder and HTTP server. The bench's code should be
+	// one nothing else logs meanwhile; the agent counts every line.
+	Metrics string
+	// Client fetches Metrics; nil means a client with a 2 s timeout.
+	Client *http.Client
 }
 
 // BenchResult is what Bench measured.
 type BenchResult struct {
-	Level      int `json:"level"`
-	Injections int `json:"injections"`
-	Seen       int `json:"seen"`
-	// Latencies from just before the write to the watcher's callback
-	// (after Sink returned).
+	// Observer says where the lines were looked for: "watcher" (Bench's
+	// own) or the agent's metrics URL.
+	Observer   string `json:"observer"`
+	Level      int    `json:"level"`
+	Injections int    `json:"injections"`
+	Seen       int    `json:"seen"`
+	// Latencies from just before the write to the moment the line was
+	// seen: the watcher's callback (after Sink returned), or the end of
+	// the first /metrics response that counted it.
 	P50 time.Duration `json:"p50_ns"`
 	P99 time.Duration `json:"p99_ns"`
 	Max time.Duration `json:"max_ns"`
-	// Burst: lines written, lines the watcher saw, and how long writing
-	// them took.
+	// Burst: lines written, lines seen, and how long writing them took.
 	Burst      int           `json:"burst"`
 	BurstSeen  int           `json:"burst_seen"`
 	BurstWrite time.Duration `json:"burst_write_ns"`
-	// Lost is the kernel log records the watcher lost over the whole run.
+	// Lost is the kernel log records Bench's watcher lost over the whole
+	// run (always 0 with Metrics: the agent's losses show as lines not
+	// seen).
 	Lost uint64 `json:"lost"`
+	// Polls is how many /metrics pages were fetched (Metrics only).
+	Polls int `json:"polls,omitempty"`
 }
 
 // benchPID is the first pid the bench lines name; each line names its own,
@@ -64,10 +86,19 @@ type BenchResult struct {
 // marker no driver would print.
 const benchPID = 4000000
 
-// Bench measures how fast XID lines written to the kernel log reach a
-// watcher, and whether a burst loses any. It writes real XID lines, so it
-// needs root and should name code 13 on a machine others use.
-func Bench(ctx context.Context, o BenchOptions) (BenchResult, error) {
+// observer tells Bench how many of its lines have been seen where it
+// looks.
+type observer interface {
+	// waitSeen blocks until at least n lines were seen or deadline
+	// passed, and returns the count and when it was observed.
+	waitSeen(ctx context.Context, n int, deadline time.Time) (int, time.Time, error)
+}
+
+// Bench measures how fast XID lines written to the kernel log are seen —
+// by a watcher of its own, or on a running agent's /metrics — and whether
+// a burst loses any. It writes real XID lines, so it needs root and should
+// name code 13 on a machine others use.
+func Bench(ctx context.Context, o BenchOptions) (res BenchResult, err error) {
 	if o.Code == 0 {
 		o.Code = 13
 	}
@@ -90,55 +121,45 @@ func Bench(ctx context.Context, o BenchOptions) (BenchResult, error) {
 	if !ok {
 		return BenchResult{}, fmt.Errorf("xid bench: %q is not a PCI bus id", o.PCI)
 	}
-	total := o.Injections + o.Burst
-
-	var mu sync.Mutex
-	seenAt := make(map[int]time.Time, total)
-	got := make(chan struct{}, total)
-	w, err := Start(ctx, Options{Kmsg: o.Kmsg, OnXID: func(ev Event) {
-		if ev.PCI != pci || ev.Code != o.Code || ev.PID == nil {
-			return
+	res = BenchResult{Level: o.Level, Injections: o.Injections, Burst: o.Burst}
+	var obs observer
+	if o.Metrics != "" {
+		m, err := newMetricsObserver(ctx, o.Metrics, o.Client, o.Code)
+		if err != nil {
+			return res, err
 		}
-		i := *ev.PID - benchPID
-		if i < 0 || i >= total {
-			return
+		defer func() { res.Polls = m.polls }()
+		obs, res.Observer = m, o.Metrics
+	} else {
+		w, err := startWatcherObserver(ctx, o, pci)
+		if err != nil {
+			return res, err
 		}
-		if o.Sink != nil {
-			o.Sink(ev)
-		}
-		now := time.Now()
-		mu.Lock()
-		if _, dup := seenAt[i]; !dup {
-			seenAt[i] = now
-			got <- struct{}{}
-		}
-		mu.Unlock()
-	}})
-	if err != nil {
-		return BenchResult{}, err
+		defer w.w.Stop()
+		defer func() { res.Lost = w.w.Lost() }()
+		obs, res.Observer = w, "watcher"
 	}
-	defer w.Stop()
 
 	line := func(i int) string { return xid.FormatLine(pci, o.Code, benchPID+i, "python3", "") }
-	res := BenchResult{Level: o.Level, Injections: o.Injections, Burst: o.Burst}
 	lat := make([]time.Duration, 0, o.Injections)
+	seen := 0
 	for i := range o.Injections {
 		t0 := time.Now()
 		if err := o.Writer.Write(o.Level, line(i)); err != nil {
 			return res, fmt.Errorf("xid bench: %w", err)
 		}
-		select {
-		case <-got:
-		case <-time.After(time.Second):
-			// Counted as missing; a late arrival is drained below.
-		case <-ctx.Done():
-			return res, ctx.Err()
+		n, at, err := obs.waitSeen(ctx, seen+1, t0.Add(time.Second))
+		if err != nil {
+			return res, err
 		}
-		mu.Lock()
-		if t1, ok := seenAt[i]; ok {
-			lat = append(lat, t1.Sub(t0))
+		if n > seen {
+			// A line seen late (after the deadline) is counted when it
+			// shows, but not timed.
+			if n == seen+1 && at.Sub(t0) < time.Second {
+				lat = append(lat, at.Sub(t0))
+			}
+			seen = n
 		}
-		mu.Unlock()
 		if err := sleep(ctx, o.Interval); err != nil {
 			return res, err
 		}
@@ -151,6 +172,12 @@ func Bench(ctx context.Context, o BenchOptions) (BenchResult, error) {
 		res.Max = lat[n-1]
 	}
 
+	// The burst is judged against every line seen after the singles, so
+	// a single line that arrived later than its second still counts once.
+	before, _, err := obs.waitSeen(ctx, o.Injections, time.Now())
+	if err != nil {
+		return res, err
+	}
 	start := time.Now()
 	for j := range o.Burst {
 		// Pace the burst evenly over BurstOver.
@@ -164,31 +191,154 @@ func Bench(ctx context.Context, o BenchOptions) (BenchResult, error) {
 		}
 	}
 	res.BurstWrite = time.Since(start)
-	deadline := time.After(2 * time.Second)
-wait:
-	for {
-		mu.Lock()
-		n := 0
-		for i := o.Injections; i < total; i++ {
-			if _, ok := seenAt[i]; ok {
-				n++
-			}
+	n, _, err := obs.waitSeen(ctx, before+o.Burst, time.Now().Add(2*time.Second))
+	if err != nil {
+		return res, err
+	}
+	res.BurstSeen = n - before
+	return res, nil
+}
+
+// watcherObserver counts the bench's lines through a watcher of its own,
+// each line once (by the pid it names).
+type watcherObserver struct {
+	w *Watcher
+
+	mu     sync.Mutex
+	seen   map[int]bool
+	lastAt time.Time
+	notify chan struct{}
+}
+
+func startWatcherObserver(ctx context.Context, o BenchOptions, pci string) (*watcherObserver, error) {
+	total := o.Injections + o.Burst
+	wo := &watcherObserver{seen: make(map[int]bool, total), notify: make(chan struct{}, 1)}
+	w, err := Start(ctx, Options{Kmsg: o.Kmsg, OnXID: func(ev Event) {
+		if ev.PCI != pci || ev.Code != o.Code || ev.PID == nil {
+			return
 		}
-		mu.Unlock()
-		res.BurstSeen = n
-		if n == o.Burst {
-			break
+		i := *ev.PID - benchPID
+		if i < 0 || i >= total {
+			return
+		}
+		if o.Sink != nil {
+			o.Sink(ev)
+		}
+		now := time.Now()
+		wo.mu.Lock()
+		if !wo.seen[i] {
+			wo.seen[i], wo.lastAt = true, now
+		}
+		wo.mu.Unlock()
+		select {
+		case wo.notify <- struct{}{}:
+		default:
+		}
+	}})
+	if err != nil {
+		return nil, err
+	}
+	wo.w = w
+	return wo, nil
+}
+
+func (wo *watcherObserver) waitSeen(ctx context.Context, n int, deadline time.Time) (int, time.Time, error) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	for {
+		wo.mu.Lock()
+		got, at := len(wo.seen), wo.lastAt
+		wo.mu.Unlock()
+		if got >= n {
+			return got, at, nil
 		}
 		select {
-		case <-got:
-		case <-deadline:
-			break wait
+		case <-wo.notify:
+		case <-timer.C:
+			return got, at, nil
 		case <-ctx.Done():
-			return res, ctx.Err()
+			return got, at, ctx.Err()
 		}
 	}
-	res.Lost = w.Lost()
-	return res, nil
+}
+
+// metricsObserver counts the bench's lines on an agent's /metrics: the
+// rise of gpuchaos_xid_events_total for the bench's code since it was
+// made.
+type metricsObserver struct {
+	url    string
+	client *http.Client
+	code   string
+	base   float64
+	polls  int
+}
+
+func newMetricsObserver(ctx context.Context, url string, client *http.Client, code int) (*metricsObserver, error) {
+	if client == nil {
+		client = &http.Client{Timeout: 2 * time.Second}
+	}
+	m := &metricsObserver{url: url, client: client, code: strconv.Itoa(code)}
+	v, err := m.count(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m.base = v
+	return m, nil
+}
+
+// count fetches the page once and sums the bench code's XID counters.
+func (m *metricsObserver) count(ctx context.Context) (float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.url, nil)
+	if err != nil {
+		return 0, fmt.Errorf("xid bench: metrics url: %w", err)
+	}
+	resp, err := m.client.Do(req)
+	if err != nil {
+		return 0, fmt.Errorf("xid bench: fetch %s: %w", m.url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("xid bench: fetch %s: %s", m.url, resp.Status)
+	}
+	m.polls++
+	v, err := SumXIDEvents(resp.Body, m.code)
+	if err != nil {
+		return 0, fmt.Errorf("xid bench: read %s: %w", m.url, err)
+	}
+	return v, nil
+}
+
+func (m *metricsObserver) waitSeen(ctx context.Context, n int, deadline time.Time) (int, time.Time, error) {
+	for {
+		v, err := m.count(ctx)
+		if err != nil {
+			return 0, time.Time{}, err
+		}
+		at := time.Now()
+		got := int(v - m.base)
+		if got >= n || !at.Before(deadline) {
+			return got, at, nil
+		}
+	}
+}
+
+// SumXIDEvents reads a text exposition and returns the sum of
+// gpuchaos_xid_events_total over every series whose code label is code.
+func SumXIDEvents(r io.Reader, code string) (float64, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return 0, err
+	}
+	sum := 0.0
+	for _, m := range fams["gpuchaos_xid_events_total"].GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "code" && l.GetValue() == code {
+				sum += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return sum, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -1,0 +1,34 @@
+package scrape
+
+import (
+	"context"
+
+	"github.com/gpuchaos/gpuchaos/internal/probe"
+)
+
+// Probe wraps p, built with probe.FromSpec over s, so that each
+// observation scrapes first and then evaluates p on the history. A failed
+// scrape leaves the series stale and p is still evaluated (an exporter
+// that stopped answering is something detectors should see); only while
+// no scrape has ever succeeded is the failure the observation's error, so
+// a wrong URL does not read as "nothing detected".
+func Probe(p probe.Probe, s *Store) probe.Probe { return &scraping{p: p, s: s} }
+
+type scraping struct {
+	p probe.Probe
+	s *Store
+}
+
+func (sp *scraping) Name() string { return sp.p.Name() }
+
+func (sp *scraping) Observe(ctx context.Context) (probe.Observation, error) {
+	if err := sp.s.Scrape(ctx); err != nil && sp.s.Scrapes() == 0 {
+		return probe.Observation{}, err
+	}
+	var (
+		obs probe.Observation
+		err error
+	)
+	sp.s.With(func() { obs, err = sp.p.Observe(ctx) })
+	return obs, err
+}

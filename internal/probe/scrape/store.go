@@ -1,0 +1,218 @@
+package scrape
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/gpuchaos/gpuchaos/internal/twin"
+)
+
+// DefaultRetention is how much history a Store keeps: the longest window
+// the built-in detectors look back over, with room to spare.
+const DefaultRetention = 30 * time.Minute
+
+// Options configure New. Zero values take the documented defaults.
+type Options struct {
+	// URL is the exporter's page, e.g. http://127.0.0.1:9400/metrics.
+	URL string
+	// Client fetches it; nil means a client with a 5 s timeout.
+	Client *http.Client
+	// Retention is how long samples are kept; 0 means DefaultRetention.
+	Retention time.Duration
+	// MinInterval is the least time between two fetches: a Scrape sooner
+	// than that after the last is skipped, so several probes observing in
+	// the same round cost one fetch. 0 means 500 ms.
+	MinInterval time.Duration
+	// Now reads the clock; nil means time.Now. Tests set it.
+	Now func() time.Time
+}
+
+// Store is the history of one exporter page. It implements probe.Source:
+// call Now, Select and Logs only inside With (or when nothing scrapes
+// concurrently), since Scrape appends to the series they return; Select's
+// result must not be modified. Scrape and With are safe for concurrent
+// use.
+type Store struct {
+	opts Options
+
+	mu       sync.Mutex
+	series   map[string]*twin.Series // by metric name + label key
+	byMetric map[string][]*twin.Series
+	last     time.Time
+	lastErr  error
+	scrapes  int
+}
+
+// New returns an empty store over opts.URL.
+func New(opts Options) (*Store, error) {
+	if opts.URL == "" {
+		return nil, fmt.Errorf("scrape: no exporter url")
+	}
+	if opts.Client == nil {
+		opts.Client = &http.Client{Timeout: 5 * time.Second}
+	}
+	if opts.Retention <= 0 {
+		opts.Retention = DefaultRetention
+	}
+	if opts.MinInterval <= 0 {
+		opts.MinInterval = 500 * time.Millisecond
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	return &Store{opts: opts, series: map[string]*twin.Series{}, byMetric: map[string][]*twin.Series{}}, nil
+}
+
+// URL returns the page the store reads.
+func (s *Store) URL() string { return s.opts.URL }
+
+// Scrapes returns how many pages were stored.
+func (s *Store) Scrapes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.scrapes
+}
+
+// Scrape fetches the page and appends a sample to every series on it,
+// unless the last fetch was less than MinInterval ago (then it returns
+// that fetch's error). Series that were on the last page and are not on
+// this one get a staleness marker; so do all of them when the fetch fails,
+// as Prometheus marks a target that stopped answering.
+func (s *Store) Scrape(ctx context.Context) error {
+	now := s.opts.Now()
+	s.mu.Lock()
+	if !s.last.IsZero() && now.Sub(s.last) < s.opts.MinInterval {
+		err := s.lastErr
+		s.mu.Unlock()
+		return err
+	}
+	s.last = now
+	s.mu.Unlock()
+
+	fams, err := s.fetch(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.lastErr = err
+	s.add(now, fams) // nil on error: everything goes stale
+	if err != nil {
+		return err
+	}
+	s.scrapes++
+	return nil
+}
+
+// With runs fn with the store locked, so that probes evaluated in fn see
+// the series as one scrape left them.
+func (s *Store) With(fn func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	fn()
+}
+
+func (s *Store) fetch(ctx context.Context) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.opts.URL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", s.opts.URL, err)
+	}
+	resp, err := s.opts.Client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", s.opts.URL, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("scrape %s: %s", s.opts.URL, resp.Status)
+	}
+	fams, err := Parse(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", s.opts.URL, err)
+	}
+	return fams, nil
+}
+
+// Parse reads a text exposition.
+func Parse(r io.Reader) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(r)
+}
+
+// add stores one page taken at now. Guarded by mu.
+func (s *Store) add(now time.Time, fams map[string]*dto.MetricFamily) {
+	t := now.UnixMilli()
+	seen := make(map[*twin.Series]bool, len(s.series))
+	for name, fam := range fams {
+		for _, m := range fam.GetMetric() {
+			v, ok := value(fam.GetType(), m)
+			if !ok {
+				continue // histograms and summaries: no built-in probe reads them
+			}
+			ls := labels(m)
+			key := name + ls.String()
+			ser := s.series[key]
+			if ser == nil {
+				ser = &twin.Series{Metric: name, Labels: ls}
+				s.series[key] = ser
+				s.byMetric[name] = append(s.byMetric[name], ser)
+			}
+			ser.Samples = append(ser.Samples, twin.Sample{T: t, V: v})
+			seen[ser] = true
+		}
+	}
+	cut := now.Add(-s.opts.Retention).UnixMilli()
+	for key, ser := range s.series {
+		if !seen[ser] {
+			if n := len(ser.Samples); n > 0 && !twin.IsStale(ser.Samples[n-1].V) {
+				ser.Samples = append(ser.Samples, twin.Sample{T: t, V: twin.StaleNaN})
+			}
+		}
+		i := sort.Search(len(ser.Samples), func(i int) bool { return ser.Samples[i].T >= cut })
+		ser.Samples = slices.Delete(ser.Samples, 0, i)
+		if len(ser.Samples) == 0 {
+			delete(s.series, key)
+			s.byMetric[ser.Metric] = slices.DeleteFunc(s.byMetric[ser.Metric], func(x *twin.Series) bool { return x == ser })
+		}
+	}
+}
+
+func value(t dto.MetricType, m *dto.Metric) (float64, bool) {
+	switch t {
+	case dto.MetricType_COUNTER:
+		return m.GetCounter().GetValue(), true
+	case dto.MetricType_GAUGE:
+		return m.GetGauge().GetValue(), true
+	case dto.MetricType_UNTYPED:
+		return m.GetUntyped().GetValue(), true
+	}
+	return math.NaN(), false
+}
+
+// labels returns m's labels sorted by name, as twin series keep them.
+func labels(m *dto.Metric) twin.Labels {
+	ls := make(twin.Labels, 0, len(m.GetLabel()))
+	for _, l := range m.GetLabel() {
+		ls = append(ls, twin.Label{Name: l.GetName(), Value: l.GetValue()})
+	}
+	slices.SortFunc(ls, func(a, b twin.Label) int { return strings.Compare(a.Name, b.Name) })
+	return ls
+}
+
+// Now returns the store's clock.
+func (s *Store) Now() time.Time { return s.opts.Now() }
+
+// Select returns the series of metric, shared: call it inside With.
+func (s *Store) Select(metric string) []*twin.Series { return s.byMetric[metric] }
+
+// Logs returns nothing: kernel log lines are the local target's own
+// business, not the exporter's.
+func (s *Store) Logs() []twin.LogLine { return nil }
