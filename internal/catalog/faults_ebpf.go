@@ -15,10 +15,10 @@ func ebpfFaults() []*Fault {
 			Summary: "Kernel-level random packet drop on the GPU network interface by a cls_bpf program",
 			Scope:   ScopeNode,
 			Safety:  SafetySafe,
-			Params: []Param{
+			Params: append([]Param{
 				{Name: "probability", Type: ParamFloat, Default: "0.1", Min: "0", Max: "1", Help: "probability that a packet is dropped, in each chosen direction"},
 				{Name: "direction", Type: ParamEnum, Default: "egress", Enum: []string{"egress", "ingress", "both"}, Help: "which hook of the clsact qdisc carries the program"},
-			},
+			}, whereParams()...),
 			Detectable: workload(),
 			Mechanisms: []Mechanism{{
 				Name: "cls-bpf", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
@@ -48,18 +48,19 @@ func ebpfFaults() []*Fault {
 			Summary: "Silently drop NCCL socket traffic on a port range: collectives hang without an error",
 			Scope:   ScopeNode,
 			Safety:  SafetyDisruptive,
-			Params: []Param{
+			Params: append([]Param{
 				// NCCL's bootstrap and socket transport listen on ports the
 				// kernel hands out, so the default is Linux's ephemeral
 				// range (net.ipv4.ip_local_port_range).
 				{Name: "min-port", Type: ParamInt, Default: "32768", Min: "1", Max: "65535", Help: "first port of the range (either end of a connection)"},
 				{Name: "max-port", Type: ParamInt, Default: "60999", Min: "1", Max: "65535", Help: "last port of the range"},
-			},
+			}, whereParams()...),
 			Detectable: workload(),
 			Mechanisms: []Mechanism{{
 				Name: "cls-bpf", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: workload(),
 				Description: "Loads cls_bpf programs on ingress and egress of the GPU network interface that drop TCP segments whose " +
-					"source or destination port lies in the range; nothing is reset, so peers wait rather than fail." + kernelStackNote,
+					"source or destination port lies in the range; nothing is reset, so peers wait rather than fail. IPv4 only: IPv6 " +
+					"segments pass unchanged." + kernelStackNote,
 			}},
 			Signature: Signature{
 				Series:   []string{seriesJobStepsTotal, seriesJobUp, seriesJobRestartsTotal},

@@ -31,6 +31,17 @@ const referenceRailBytesPerSecond = 50e9
 const kernelStackNote = " Only traffic through the kernel's network stack is touched — NCCL's socket transport, " +
 	"the c10d TCPStore, Gloo, storage; RDMA verbs traffic bypasses the qdisc."
 
+// whereParams are the parameters every network and ebpf fault shares: which
+// interface, in which network namespace, the mechanism works on. A pod has
+// its own namespace, found from one of its processes, so the agent on the
+// node can reach it without entering the pod.
+func whereParams() []Param {
+	return []Param{
+		{Name: "interface", Type: ParamString, Default: "", Help: "network interface to disturb; empty for the one carrying the default route of the namespace"},
+		{Name: "pid", Type: ParamInt, Default: "0", Min: "0", Max: "4194304", Help: "a process whose network namespace holds the interface (one of a pod's processes); 0 for the namespace gpuchaos runs in"},
+	}
+}
+
 // networkFaults disturb the inter-node path of a node (strategy 4 of the
 // talk). Neither the development nor the GPU machines have sch_netem, so the
 // mechanisms lean on tbf, clsact and cls_bpf, which both have.
@@ -44,9 +55,9 @@ func networkFaults() []*Fault {
 			Summary: "Added one-way delay on the node's inter-node network",
 			Scope:   ScopeNode,
 			Safety:  SafetySafe,
-			Params: []Param{
+			Params: append([]Param{
 				{Name: "delay", Type: ParamDuration, Default: "5ms", Min: "1us", Max: "10s", Help: "one-way delay added to every packet leaving the GPU network interface"},
-			},
+			}, whereParams()...),
 			Detectable: workload(),
 			Mechanisms: []Mechanism{{
 				Name: "netem", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
@@ -68,9 +79,9 @@ func networkFaults() []*Fault {
 			Summary: "Random packet loss on the node's inter-node network",
 			Scope:   ScopeNode,
 			Safety:  SafetySafe,
-			Params: []Param{
+			Params: append([]Param{
 				{Name: "probability", Type: ParamFloat, Default: "0.1", Min: "0", Max: "1", Help: "probability that a packet is dropped"},
-			},
+			}, whereParams()...),
 			Detectable: workload(),
 			Mechanisms: []Mechanism{
 				{
@@ -96,9 +107,9 @@ func networkFaults() []*Fault {
 			Summary: "The node's inter-node bandwidth capped by a token bucket",
 			Scope:   ScopeNode,
 			Safety:  SafetySafe,
-			Params: []Param{
+			Params: append([]Param{
 				{Name: "rate", Type: ParamBytes, Default: "1G", Min: "1K", Max: "1T", Unit: "bytes/s", Help: "bandwidth left to traffic leaving the GPU network interface"},
-			},
+			}, whereParams()...),
 			Detectable: workload(),
 			Mechanisms: []Mechanism{{
 				Name: "tc-tbf", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
@@ -119,16 +130,17 @@ func networkFaults() []*Fault {
 			Summary: "The node cut off from peers on its inter-node network",
 			Scope:   ScopeNode,
 			Safety:  SafetyDisruptive,
-			Params: []Param{
+			Params: append([]Param{
 				{Name: "cidr", Type: ParamCIDR, Default: "0.0.0.0/0", Help: "peers to cut off; the default is every peer on the GPU network interface (the management interface is never touched)"},
 				{Name: "port", Type: ParamInt, Default: "0", Min: "0", Max: "65535", Help: "peer port to cut off; 0 for every port"},
-			},
+			}, whereParams()...),
 			Detectable: workload(),
 			Mechanisms: []Mechanism{
 				{
 					Name: "cls-bpf", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: workload(),
 					Description: "Attaches cls_bpf programs on ingress and egress of the GPU network interface that drop every packet to or " +
-						"from the prefix (and port)." + kernelStackNote,
+						"from the prefix (and port): the destination address and port on egress, the source on ingress. IPv4 only: IPv6 " +
+						"packets pass unchanged, and so do non-first fragments when a port is given." + kernelStackNote,
 				},
 				{
 					Name: "nftables", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: workload(),

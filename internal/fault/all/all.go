@@ -4,10 +4,12 @@ package all
 
 import (
 	"fmt"
+	"path/filepath"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/kmsgxid"
+	"github.com/gpuchaos/gpuchaos/internal/fault/netfault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
 )
 
@@ -18,6 +20,12 @@ type Env struct {
 	// Kmsg writes kernel log records for the kernel-log mechanism; a
 	// kmsg.Writer on a local target. Nil refuses the mechanism.
 	Kmsg kmsgxid.Writer
+	// StateDir is where mechanisms that change the node (network
+	// qdiscs and filters, child processes) record each injection before
+	// acting, each in a subdirectory of its own, so that a run killed
+	// mid-fault is recovered from it by the next. Empty refuses those
+	// mechanisms.
+	StateDir string
 }
 
 // Injector returns the injector implementing mechanism m of fault f.
@@ -35,6 +43,11 @@ func Injector(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, 
 			return nil, fmt.Errorf("mechanism kernel-log of %s needs the kernel log of a local node", f.ID)
 		}
 		return kmsgxid.New(f, env.Kmsg)
+	case "tc-tbf", "cls-bpf", "netem":
+		if env.StateDir == "" {
+			return nil, fmt.Errorf("mechanism %s of %s needs a state directory for network faults on a local node", m.Name, f.ID)
+		}
+		return netfault.New(f, m.Name, filepath.Join(env.StateDir, "net"))
 	}
 	return nil, fmt.Errorf("mechanism %s of %s has no injector in this build", m.Name, f.ID)
 }
