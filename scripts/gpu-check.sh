@@ -1,82 +1,77 @@
 #!/usr/bin/env bash
-# The GPU burn check of issue 4, for any machine with an NVIDIA GPU,
-# PyTorch (python3) and a built gpuchaos (no build here: BIN names it).
+# gpu-check.sh — the whole node-layer check (issue 4) on any machine with
+# NVIDIA GPUs, PyTorch (python3) and a built gpuchaos, run as root. Each
+# section is a script in scripts/gpu-check/ that keeps its raw output in
+# OUT_DIR/SECTION and adds rows to OUT_DIR/summary.tsv; this prints them as
+# one table at the end and exits 1 if any row failed.
 #
-# On one GPU (GPU, default 0), in one run:
-#   1. bf16 and tf32: PyTorch `a @ b` (scripts/gpu-check-torch.py), then
-#      `gpuchaos burn`, then PyTorch again, each for SECONDS on 8192³
-#      random inputs timed the same way (CUDA events around batches of
-#      products after a warm-up batch). Ours is compared with the mean of
-#      the two PyTorch runs around it, so neither side gets the cooler GPU.
-#      Targets: ours/PyTorch ≥ 0.97, zero mismatches.
-#   2. The temperature ceiling: a burn with the ceiling CEILING_DELTA °C
-#      above the temperature read just before it; target: stopped within
-#      2 s of the sample that reached the ceiling.
-# Prints a table; the JSON of every run stays in OUT_DIR.
+#   burn     bf16 and tf32 burn against PyTorch's matmul, corruption check,
+#            temperature-ceiling stop (burn.sh)
+#   agent    the agent's /metrics against nvidia-smi at the same instant,
+#            idle and under load, and the agent's own CPU and memory
+#            (agent.py)
+#   xid      kernel-log XID lines to the watcher and to the agent's
+#            /metrics: p99 latency over 200, a 1000-line burst (xid.sh)
+#   exhaust  VRAM hold and PCIe storm against PyTorch's copies (exhaust.sh)
+#   local    experiments through the engine on --target local (XID, VRAM,
+#            SM burn, noisy neighbour) with probes on the kernel log and
+#            the agent's exporter, and a SIGKILLed run recovered by the
+#            next (local.sh)
 #
-# Usage: [BIN=bin/gpuchaos] [SECONDS=20] [GPU=0] [OUT_DIR=dir] scripts/gpu-check.sh
-set -euo pipefail
+# It never changes clocks, power limits, persistence, compute or MIG mode,
+# never resets a GPU, and bounds every burn to 60 s.
+#
+# Usage: [BIN=bin/gpuchaos] [GPU=0] scripts/gpu-check.sh [-o OUT_DIR] [SECTION...]
+set -uo pipefail
 cd "$(dirname "$0")/.."
-BIN=${BIN:-bin/gpuchaos}
-SECONDS_EACH=${SECONDS:-20}
-GPU=${GPU:-0}
-CEILING_DELTA=${CEILING_DELTA:-3}
-OUT_DIR=${OUT_DIR:-$(mktemp -d)}
-mkdir -p "$OUT_DIR"
+out=""
+while getopts "o:" o; do
+	case $o in
+	o) out=$OPTARG ;;
+	*) sed -n '2,24p' "$0" >&2; exit 2 ;;
+	esac
+done
+shift $((OPTIND - 1))
+sections=("$@")
+[ ${#sections[@]} -eq 0 ] && sections=(burn agent xid exhaust local)
+out=${out:-$(mktemp -d /tmp/gpu-check.XXXXXX)}
+mkdir -p "$out"
+export BIN=${BIN:-bin/gpuchaos} GPU=${GPU:-0} SUMMARY=$out/summary.tsv
 # NVLink multicast can take a shared host's GPUs down: keep it off.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+: >"$SUMMARY"
 
-nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,temperature.gpu,power.draw,power.limit,clocks.sm --format=csv
-"$BIN" --help >/dev/null
+[ -x "$BIN" ] || { echo "gpu-check: $BIN is not an executable gpuchaos (set BIN)" >&2; exit 2; }
+nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,temperature.gpu,power.draw,power.limit,memory.used,memory.total --format=csv |
+	tee "$out/machine.csv"
 
-torch_run() { python3 scripts/gpu-check-torch.py --dtype "$1" --seconds "$SECONDS_EACH" --device "$GPU" >"$OUT_DIR/torch-$1-$2.json"; }
-for dt in bf16 tf32; do
-  echo "== $dt: PyTorch, gpuchaos burn, PyTorch (${SECONDS_EACH}s each)" >&2
-  torch_run "$dt" before
-  "$BIN" burn --gpus "$GPU" --dtype "$dt" --duration "${SECONDS_EACH}s" --format json >"$OUT_DIR/burn-$dt.json" || echo "burn $dt exited $?" >&2
-  torch_run "$dt" after
+for s in "${sections[@]}"; do
+	dir=$out/$s
+	mkdir -p "$dir"
+	echo "== $s ($(date -u +%T))" >&2
+	t0=$(date +%s)
+	case $s in
+	agent) python3 scripts/gpu-check/agent.py "$dir" ;;
+	burn | xid | exhaust | local) bash "scripts/gpu-check/$s.sh" "$dir" ;;
+	*) echo "gpu-check: unknown section $s (burn agent xid exhaust local)" >&2; false ;;
+	esac
+	rc=$?
+	echo "== $s done in $(($(date +%s) - t0)) s, exit $rc" >&2
+	if [ $rc -ne 0 ] && ! grep -q "^$s	" "$SUMMARY"; then
+		printf '%s\tsection ran\texit %d\t\t\tFAIL\n' "$s" "$rc" >>"$SUMMARY"
+	fi
 done
 
-idle=$(nvidia-smi -i "$GPU" --query-gpu=temperature.gpu --format=csv,noheader,nounits | tr -d ' ')
-ceiling=$((idle + CEILING_DELTA))
-echo "== ceiling: ${ceiling} °C (read ${idle} °C just before)" >&2
-"$BIN" burn --gpus "$GPU" --duration 60s --temp-ceiling "$ceiling" --format json >"$OUT_DIR/burn-ceiling.json" || echo "ceiling burn exited $?" >&2
-
-python3 - "$OUT_DIR" "$idle" <<'PY'
-import json, sys
-d, idle = sys.argv[1], sys.argv[2]
-def load(name):
-    with open(f"{d}/{name}") as f:
-        return json.load(f)
-rows = []
-def row(check, ours, ref, ratio, target, ok):
-    rows.append((check, ours, ref, ratio, target, "pass" if ok else "FAIL"))
-for dt in ("bf16", "tf32"):
-    b = load(f"burn-{dt}.json"); g = b["gpus"][0]
-    t1, t2 = load(f"torch-{dt}-before.json"), load(f"torch-{dt}-after.json")
-    ref = (t1["tflops"] + t2["tflops"]) / 2
-    r = g["tflops"] / ref
-    row(f"{dt} 8192³ TFLOP/s", f"{g['tflops']:.1f}", f"{t1['tflops']:.1f} / {t2['tflops']:.1f}", f"{r:.3f}", "≥ 0.97", r >= 0.97)
-    row(f"{dt} mismatches", f"{g['mismatches']} in {g['checks']} checks", f"{t1['mismatches'] + t2['mismatches']}", "", "0", g["mismatches"] == 0 and not g.get("error"))
-    temps = [s["temp_c"] for s in b["telemetry"] if s["temp_c"] is not None]
-    power = [s["power_w"] for s in b["telemetry"] if s["power_w"] is not None]
-    clocks = [s["sm_clock_mhz"] for s in b["telemetry"] if s["sm_clock_mhz"] is not None]
-    print(f"{dt}: ours {g['timed_products']} timed products in batches of {g['batch_products']} "
-          f"(batch TFLOP/s min/med/max {g['batch_tflops']['min']:.0f}/{g['batch_tflops']['median']:.0f}/{g['batch_tflops']['max']:.0f}), "
-          f"cuBLAS {g['cublas_version']}; PyTorch {t1['timed_products']}+{t2['timed_products']} in batches of {t1['batch_products']}; "
-          f"telemetry {len(b['telemetry'])} samples, peak {max(temps, default=float('nan')):.0f} °C, "
-          f"peak {max(power, default=float('nan')):.0f} W, SM clock {min(clocks, default=0):.0f}–{max(clocks, default=0):.0f} MHz")
-c = load("burn-ceiling.json")
-x = c.get("ceiling_crossing")
-if x:
-    row("ceiling stop latency", f"{x['stop_latency_seconds']:.2f} s", "", "", "≤ 2 s", x["stop_latency_seconds"] <= 2 and c["stop_reason"] == "temperature-ceiling")
-    print(f"ceiling {c['temp_ceiling_c']:.0f} °C (idle read {idle} °C): gpu {x['gpu']} read {x['temp_c']:.0f} °C at {x['time']}, "
-          f"burn elapsed {c['elapsed_seconds']:.1f} s, stop reason {c['stop_reason']}")
-else:
-    row("ceiling stop latency", f"no crossing ({c['stop_reason']})", "", "", "≤ 2 s", False)
-w = max(len(r[0]) for r in rows)
+python3 - "$SUMMARY" <<'PY'
+import sys
+rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
+head = ["section", "check", "gpuchaos", "reference", "target", "verdict"]
+rows = [r + [""] * (6 - len(r)) for r in rows]
+w = [max(len(x[i]) for x in rows + [head]) for i in range(6)]
 print()
-print(f"{'check':<{w}}  {'gpuchaos':<22}  {'PyTorch before / after':<22}  {'ratio':<6}  {'target':<7}  verdict")
-for r in rows:
-    print(f"{r[0]:<{w}}  {r[1]:<22}  {r[2]:<22}  {r[3]:<6}  {r[4]:<7}  {r[5]}")
+for r in [head] + rows:
+    print("  ".join(c.ljust(w[i]) for i, c in enumerate(r)).rstrip())
+bad = [r for r in rows if r[5] != "pass"]
+print(f"\n{len(rows)} checks, {len(bad)} failed")
+sys.exit(1 if bad else 0)
 PY

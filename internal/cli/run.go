@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/colltrace"
 	"github.com/gpuchaos/gpuchaos/internal/engine"
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
@@ -35,6 +36,7 @@ func newRunCmd() *cobra.Command {
 		promURL    string
 		settle     time.Duration
 		ledgerPath string
+		local      localFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "run FILE",
@@ -53,8 +55,13 @@ expectations can be probes of that Prometheus (alerts firing, or any query):
 the observability loop against a real server. local runs on this node, on
 the wall clock: faults go through the node's mechanisms (kernel-log writes
 the driver's XID line to /dev/kmsg; needs root) and probes read the real
-kernel log (the kmsg-xid detector, log probes) or ask --prometheus
-(prometheus probes). local needs the NVIDIA driver (NVML) to list the GPUs.
+kernel log (the kmsg-xid detector, log probes), the exporter page at
+--exporter (threshold probes and the built-in dcgm-* detectors, scraped at
+each observation; start 'gpuchaos agent' for it), NCCL collectives traced
+with uprobes (the collective-trace detector, with --trace-pid or
+--trace-lib), or ask --prometheus (prometheus probes). Exhaustion faults
+run as child processes of gpuchaos (burn, exhaust). local needs the NVIDIA
+driver (NVML) to list the GPUs.
 
 On local, every injection is journalled to --ledger before it acts. A run
 that was killed before it could recover (SIGKILL, power loss) leaves its
@@ -96,7 +103,8 @@ on a bad file or flag.`,
 			// of local lists this node's GPUs and touches nothing.
 			switch {
 			case targetName == "local":
-				stop, lt, l, err := startLocalTarget(cmd, ledgerPath, promURL, dryRun, f == "table")
+				local.ledger, local.prometheus = ledgerPath, promURL
+				stop, lt, l, err := startLocalTarget(cmd, local, dryRun, f == "table")
 				if err != nil {
 					return err
 				}
@@ -180,6 +188,9 @@ on a bad file or flag.`,
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9400", "live: where to serve the twin's /metrics")
 	cmd.Flags().StringVar(&promURL, "prometheus", "http://127.0.0.1:9090", "live, local: the Prometheus that prometheus probes ask")
 	cmd.Flags().StringVar(&ledgerPath, "ledger", "", "local: injection journal (default "+rootLedger+" as root, else $XDG_STATE_HOME/gpuchaos/ledger.jsonl, ~/.local/state without it)")
+	cmd.Flags().StringVar(&local.exporter, "exporter", engine.DefaultExporter, "local: the /metrics page threshold probes and dcgm-* detectors read (a gpuchaos agent or dcgm-exporter)")
+	cmd.Flags().StringVar(&local.traceLib, "trace-lib", "", "local: trace NCCL collectives in every process using this libnccl.so.2 (collective-trace detector; needs root)")
+	cmd.Flags().IntSliceVar(&local.tracePIDs, "trace-pid", nil, "local: trace NCCL collectives of these processes, one per rank (collective-trace detector; needs root)")
 	cmd.Flags().DurationVar(&settle, "settle", 15*time.Second, "live: wall time to let Prometheus scrape before the experiment")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print what would be touched; inject nothing")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the twin and of target selection")
@@ -208,18 +219,40 @@ func defaultLedger() (string, error) {
 	return filepath.Join(home, ".local", "state", "gpuchaos", "ledger.jsonl"), nil
 }
 
+// localFlags are run's flags for the local target.
+type localFlags struct {
+	ledger, prometheus, exporter, traceLib string
+	tracePIDs                              []int
+}
+
 // startLocalTarget opens NVML and the ledger, starts following the kernel
 // log and, unless dryRun, recovers what a killed run left in the ledger.
 // A dry run gets no ledger: it must not touch anything. What it recovers
 // is printed on stdout for table output, else on stderr. stop closes all.
-func startLocalTarget(cmd *cobra.Command, ledgerPath, promURL string, dryRun, table bool) (stop func(), _ *engine.LocalTarget, _ ledger.Ledger, _ error) {
+func startLocalTarget(cmd *cobra.Command, fl localFlags, dryRun, table bool) (stop func(), _ *engine.LocalTarget, _ ledger.Ledger, _ error) {
 	ctx := cmd.Context()
 	out := cmd.OutOrStdout()
+	ledgerPath := fl.ledger
+	var err error
+	if ledgerPath == "" && !dryRun {
+		if ledgerPath, err = defaultLedger(); err != nil {
+			return nil, nil, nil, err
+		}
+	}
 	src, err := gpu.OpenNVML()
 	if err != nil {
 		return nil, nil, nil, failed(fmt.Errorf("--target local: cannot list this node's GPUs: %w", err))
 	}
-	lt, err := engine.StartLocal(ctx, engine.LocalOptions{Source: src, Prometheus: promURL})
+	opts := engine.LocalOptions{Source: src, Prometheus: fl.prometheus, Exporter: fl.exporter}
+	if !dryRun {
+		// What mechanisms did to the node lives with the ledger that
+		// says it was done, so one directory holds a node's recovery.
+		opts.StateDir = filepath.Join(filepath.Dir(ledgerPath), "state")
+	}
+	if fl.traceLib != "" || len(fl.tracePIDs) > 0 {
+		opts.Collectives = &colltrace.Options{Lib: fl.traceLib, PIDs: fl.tracePIDs}
+	}
+	lt, err := engine.StartLocal(ctx, opts)
 	if err != nil {
 		src.Close()
 		return nil, nil, nil, failed(fmt.Errorf("--target local: %w", err))
@@ -227,12 +260,6 @@ func startLocalTarget(cmd *cobra.Command, ledgerPath, promURL string, dryRun, ta
 	closeTarget := func() { lt.Close(); src.Close() }
 	if dryRun {
 		return closeTarget, lt, nil, nil
-	}
-	if ledgerPath == "" {
-		if ledgerPath, err = defaultLedger(); err != nil {
-			closeTarget()
-			return nil, nil, nil, err
-		}
 	}
 	l, err := ledger.Open(ledgerPath)
 	if err != nil {
@@ -265,8 +292,11 @@ func loadExperiment(path string) (*v1alpha1.Experiment, error) {
 	}
 	exp.Default()
 	err = exp.Validate(v1alpha1.ValidateOptions{
-		CheckFault:    catalog.CheckSpec,
-		KnownDetector: func(name string) bool { _, ok := probe.LookupDetector(name); return ok },
+		CheckFault: catalog.CheckSpec,
+		KnownDetector: func(name string) bool {
+			_, ok := probe.LookupDetector(name)
+			return ok || name == colltrace.DetectorName
+		},
 	})
 	if err != nil {
 		return nil, locate(exp, path, err)

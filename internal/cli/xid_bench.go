@@ -35,7 +35,7 @@ code has counted it, the page fetched back to back — the whole path a scrape
 sees. Use a code nothing else logs meanwhile.`,
 		Example: `  sudo gpuchaos xid bench --pci "$(nvidia-smi --query-gpu=pci.bus_id --format=csv,noheader | head -1)"
   sudo gpuchaos xid bench --pci 0000:18:00 --metrics http://127.0.0.1:9400/metrics`,
-		Args:    cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.PCI = pci
 			res, err := xidwatch.Bench(cmd.Context(), o)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/colltrace"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 	"github.com/gpuchaos/gpuchaos/internal/fault/kmsgxid"
@@ -40,6 +41,11 @@ type LocalOptions struct {
 	// Writer writes kernel log records for the kernel-log mechanism; nil
 	// means kmsg.Writer{}, /dev/kmsg.
 	Writer kmsgxid.Writer
+	// StateDir is where mechanisms that change the node (network qdiscs
+	// and filters, child processes) record what they did, so that the
+	// next start recovers what a killed run left; keep it beside the
+	// ledger. Empty refuses those mechanisms.
+	StateDir string
 	// Prometheus is the base URL Prometheus probes without a url of their
 	// own ask; empty refuses such probes.
 	Prometheus string
@@ -56,6 +62,10 @@ type LocalOptions struct {
 	// LogHistory is how many recent kernel log lines log probes can see;
 	// default 4096.
 	LogHistory int
+	// Collectives, when set, traces NCCL collectives of the job's
+	// processes with uprobes for the collective-trace detector; nil
+	// refuses that detector.
+	Collectives *colltrace.Options
 }
 
 // DefaultExporter is where the gpuchaos agent serves by default.
@@ -73,6 +83,9 @@ type LocalTarget struct {
 	// metrics is the history of the exporter page, shared by every
 	// metric probe so one observation round costs one fetch.
 	metrics *scrape.Store
+	// coll traces collectives for the collective-trace detector; nil
+	// without LocalOptions.Collectives.
+	coll *colltrace.Tracer
 
 	mu    sync.Mutex
 	lines []logLine // ring of recent records, oldest first once full
@@ -133,11 +146,22 @@ func StartLocal(ctx context.Context, opts LocalOptions) (*LocalTarget, error) {
 		f.Close()
 		return nil, fmt.Errorf("start local target: %w", err)
 	}
+	if opts.Collectives != nil {
+		if t.coll, err = colltrace.Start(ctx, *opts.Collectives); err != nil {
+			return nil, errors.Join(fmt.Errorf("start local target: %w", err), t.watch.Stop())
+		}
+	}
 	return t, nil
 }
 
-// Close stops following the kernel log.
-func (t *LocalTarget) Close() error { return t.watch.Stop() }
+// Close stops following the kernel log and tracing collectives.
+func (t *LocalTarget) Close() error {
+	err := t.watch.Stop()
+	if t.coll != nil {
+		err = errors.Join(err, t.coll.Close())
+	}
+	return err
+}
 
 // Watcher returns the XID watcher over the node's kernel log.
 func (t *LocalTarget) Watcher() *xidwatch.Watcher { return t.watch }
@@ -212,7 +236,7 @@ func (t *LocalTarget) Inventory(ctx context.Context) (target.Inventory, error) {
 // mechanism writes through the target's kernel log writer; mechanisms
 // without an injector in this build say so.
 func (t *LocalTarget) Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error) {
-	return all.Injector(f, m, all.Env{Kmsg: t.opts.Writer})
+	return all.Injector(f, m, all.Env{Kmsg: t.opts.Writer, StateDir: t.opts.StateDir})
 }
 
 // Probe builds a probe over the node's kernel log (a log pattern, or the
@@ -234,6 +258,11 @@ func (t *LocalTarget) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, 
 		// The watcher's probe counts XIDs read since it was made, so an
 		// XID logged before the run does not read as already firing.
 		return xidwatch.NewProbe(t.watch, name, t.host, nil), nil
+	case spec.Detector == colltrace.DetectorName:
+		if t.coll == nil {
+			return nil, fmt.Errorf("probe %s: detector %s needs the job's processes or libnccl to trace (run --trace-pid or --trace-lib)", name, spec.Detector)
+		}
+		return colltrace.NewProbe(name, t.coll, colltrace.ProbeOptions{Node: t.host}), nil
 	case spec.Detector != "", spec.Threshold != nil:
 		p, err := probe.FromSpec(name, spec, t.metrics)
 		if err != nil {

@@ -157,6 +157,7 @@ func TestLocalTargetProbes(t *testing.T) {
 		{name: "log", spec: v1alpha1.ProbeSpec{Log: &v1alpha1.LogProbe{Pattern: "Xid"}}},
 		{name: "bad pattern", spec: v1alpha1.ProbeSpec{Log: &v1alpha1.LogProbe{Pattern: "("}}, wantErr: "log pattern"},
 		{name: "metric detector", spec: v1alpha1.ProbeSpec{Detector: "dcgm-xid-errors"}},
+		{name: "collective-trace without a tracer", spec: v1alpha1.ProbeSpec{Detector: "collective-trace"}, wantErr: "needs the job's processes or libnccl"},
 		{name: "unknown detector", spec: v1alpha1.ProbeSpec{Detector: "no-such"}, wantErr: `"no-such" is not a built-in detector`},
 		{name: "prometheus", spec: v1alpha1.ProbeSpec{Prometheus: &v1alpha1.PrometheusProbe{URL: "http://127.0.0.1:9090", Alert: "GpuXid"}}},
 		{name: "prometheus without url", spec: v1alpha1.ProbeSpec{Prometheus: &v1alpha1.PrometheusProbe{Alert: "GpuXid"}}, wantErr: "no Prometheus URL"},
