@@ -1,5 +1,11 @@
 package catalog
 
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
 // Collective bandwidth factors of NCCL environment faults: bus bandwidth of a
 // 256 MiB all-reduce under the fault over the default 301 GB/s, measured with
 // PyTorch on 2× H200 joined by NVLink (NV18), NCCL 2.28 (DESIGN.md §5).
@@ -23,14 +29,74 @@ func ncclProtoFactor(proto string) float64 {
 	return 1
 }
 
+// envVar is one variable an environment fault sets: to a fixed value, or,
+// when param is not empty, to the value of the fault's parameter of that
+// name.
+type envVar struct {
+	name, value, param string
+}
+
+// setTo is a variable with a fixed value.
+func setTo(name, value string) envVar { return envVar{name: name, value: value} }
+
+// fromParam is a variable that takes the value of a parameter.
+func fromParam(name, param string) envVar { return envVar{name: name, param: param} }
+
+// describe words the variable for a mechanism's description.
+func (e envVar) describe() string {
+	if e.param != "" {
+		return e.name + " set to the " + e.param + " parameter"
+	}
+	return e.name + "=" + e.value
+}
+
+// resolve returns KEY=VALUE for resolved parameters. A parameter the fault
+// lacks yields an empty value, which TestExecCatalogue (internal/cli)
+// rejects for every environment fault.
+func (e envVar) resolve(v Values) string {
+	if e.param == "" {
+		return e.name + "=" + e.value
+	}
+	var val string
+	switch x := v[e.param].(type) {
+	case string:
+		val = x
+	case int64:
+		val = strconv.FormatInt(x, 10)
+	case bool:
+		val = strconv.FormatBool(x)
+	case nil:
+	default:
+		val = fmt.Sprint(x)
+	}
+	return e.name + "=" + val
+}
+
 // envMechanism relaunches the job with a changed NCCL environment. The
 // transport NCCL then picks is real, so the mechanism reaches every layer a
-// real misconfiguration would; reaches is the fault's detectable list.
-func envMechanism(env string, reaches ...Layer) Mechanism {
+// real misconfiguration would; reaches is the fault's detectable list. The
+// variables feed both Env and the Description, so the text cannot drift
+// from what `gpuchaos exec` sets.
+func envMechanism(vars []envVar, reaches ...Layer) Mechanism {
+	words := make([]string, len(vars))
+	for i, e := range vars {
+		words[i] = e.describe()
+	}
+	with := words[0]
+	if n := len(words); n > 1 {
+		with = strings.Join(words[:n-1], ", ") + " and " + words[n-1]
+	}
 	return Mechanism{
 		Name: "env", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: reaches,
-		Description: "Relaunches the workload with " + env + " (a restart of the job's ranks, from its last checkpoint) " +
+		Description: "Relaunches the workload with " + with + " (a restart of the job's ranks, from its last checkpoint) " +
 			"and relaunches it with its own environment on recovery.",
+		Env: func(v Values) []string {
+			out := make([]string, len(vars))
+			for i, e := range vars {
+				out[i] = e.resolve(v)
+			}
+			return out
+		},
 	}
 }
 
@@ -52,7 +118,7 @@ func ncclFaults() []*Fault {
 			Scope:      ScopeJob,
 			Safety:     SafetySafe,
 			Detectable: linkLayers(),
-			Mechanisms: []Mechanism{envMechanism("NCCL_P2P_DISABLE=1", linkLayers()...)},
+			Mechanisms: []Mechanism{envMechanism([]envVar{setTo("NCCL_P2P_DISABLE", "1")}, linkLayers()...)},
 			Signature: Signature{
 				Series:   append(slowSeries(), "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"),
 				Workload: "All-reduce bus bandwidth falls from 301 to 28 GB/s on 2× H200; NCCL_DEBUG=INFO shows channels 'via SHM/direct/direct' instead of 'via P2P/…'. No error.",
@@ -66,7 +132,7 @@ func ncclFaults() []*Fault {
 			Scope:      ScopeJob,
 			Safety:     SafetySafe,
 			Detectable: []Layer{LayerWorkload},
-			Mechanisms: []Mechanism{envMechanism("NCCL_SHM_DISABLE=1", LayerWorkload)},
+			Mechanisms: []Mechanism{envMechanism([]envVar{setTo("NCCL_SHM_DISABLE", "1")}, LayerWorkload)},
 			Signature: Signature{
 				Series:   []string{seriesJobStepRate},
 				Workload: "Nothing on an NVLink box: only the NCCL_DEBUG=INFO transport lines show it. Combined with P2P off, traffic falls back to sockets.",
@@ -84,7 +150,7 @@ func ncclFaults() []*Fault {
 			Scope:      ScopeJob,
 			Safety:     SafetySafe,
 			Detectable: linkLayers(),
-			Mechanisms: []Mechanism{envMechanism("NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 NCCL_IB_DISABLE=1", linkLayers()...)},
+			Mechanisms: []Mechanism{envMechanism([]envVar{setTo("NCCL_P2P_DISABLE", "1"), setTo("NCCL_SHM_DISABLE", "1"), setTo("NCCL_IB_DISABLE", "1")}, linkLayers()...)},
 			Signature: Signature{
 				Series:   slowSeries(),
 				Workload: "Bus bandwidth falls from 301 to 3.1 GB/s on 2× H200 (about 100× slower); NCCL_DEBUG=INFO shows 'via NET/Socket'. Step time balloons; no error.",
@@ -105,7 +171,7 @@ func ncclFaults() []*Fault {
 				{Name: "proto", Type: ParamEnum, Default: "LL", Enum: []string{"LL", "LL128", "Simple"}, Help: "protocol to force (NCCL_PROTO)"},
 			},
 			Detectable: linkLayers(),
-			Mechanisms: []Mechanism{envMechanism("NCCL_PROTO set to the chosen protocol", linkLayers()...)},
+			Mechanisms: []Mechanism{envMechanism([]envVar{fromParam("NCCL_PROTO", "proto")}, linkLayers()...)},
 			Signature: Signature{
 				Series:   slowSeries(),
 				Workload: "Large all-reduces slow: 115 GB/s with LL, 277 with LL128, against 301 (Simple) on 2× H200. Small messages may get faster.",
@@ -129,7 +195,7 @@ func ncclFaults() []*Fault {
 				{Name: "algo", Type: ParamEnum, Default: "Tree", Enum: []string{"Ring", "Tree", "CollnetDirect", "CollnetChain", "NVLS", "PAT"}, Help: "algorithm to force (NCCL_ALGO); NCCL fails at init when the algorithm is unavailable on the system"},
 			},
 			Detectable: []Layer{LayerWorkload},
-			Mechanisms: []Mechanism{envMechanism("NCCL_ALGO set to the chosen algorithm", LayerWorkload)},
+			Mechanisms: []Mechanism{envMechanism([]envVar{fromParam("NCCL_ALGO", "algo")}, LayerWorkload)},
 			Signature: Signature{
 				Series:   []string{seriesJobStepRate, seriesJobStepSeconds},
 				Workload: "No change on 2 GPUs (measured). At scale Ring against Tree trades bandwidth for latency, so the wrong choice slows large jobs; an unavailable algorithm (CollnetDirect without SHARP, NVLS without NVSwitch) fails NCCL init.",
@@ -147,7 +213,7 @@ func ncclFaults() []*Fault {
 			Scope:      ScopeJob,
 			Safety:     SafetySafe,
 			Detectable: linkLayers(),
-			Mechanisms: []Mechanism{envMechanism("NCCL_MAX_NCHANNELS=1", linkLayers()...)},
+			Mechanisms: []Mechanism{envMechanism([]envVar{setTo("NCCL_MAX_NCHANNELS", "1")}, linkLayers()...)},
 			Signature: Signature{
 				Series:   slowSeries(),
 				Workload: "Bus bandwidth falls from 301 to 21 GB/s on 2× H200; no error.",
@@ -167,7 +233,7 @@ func ncclFaults() []*Fault {
 				{Name: "timeout", Type: ParamInt, Default: "1", Min: "1", Max: "22", Help: "NCCL_IB_TIMEOUT exponent: the InfiniBand verbs timeout is 4.096 µs × 2^timeout (NCCL's default is 20 in current releases, 18 or 14 in older ones)"},
 			},
 			Detectable: []Layer{LayerWorkload},
-			Mechanisms: []Mechanism{envMechanism("NCCL_IB_TIMEOUT set to the chosen exponent", LayerWorkload)},
+			Mechanisms: []Mechanism{envMechanism([]envVar{fromParam("NCCL_IB_TIMEOUT", "timeout")}, LayerWorkload)},
 			Signature: Signature{
 				Series:   []string{seriesJobUp, seriesJobRestartsTotal},
 				Workload: "Nothing on a clean fabric. With loss or congestion the queue pair exhausts its retries and the job dies with 'NET/IB : Got completion ... status=12 (transport retry counter exceeded)'.",

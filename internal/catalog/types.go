@@ -99,6 +99,12 @@ type Mechanism struct {
 	Misses      []Layer `json:"misses,omitempty"`
 	Safety      Safety  `json:"safety"`
 	Description string  `json:"description"`
+	// Env, set only on mechanisms that relaunch the workload with a changed
+	// environment ("env"), returns the KEY=VALUE pairs the mechanism sets
+	// for the fault's resolved parameters. It is the one source of which
+	// variables a fault sets: `gpuchaos exec` applies exactly these, and
+	// the Description is written from the same data.
+	Env func(Values) []string `json:"-"`
 }
 
 // Signature says what a real occurrence of the fault changes. The twin plays

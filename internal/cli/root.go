@@ -91,6 +91,7 @@ digital twin of two 8-GPU H200 nodes, no GPU or cluster needed.`,
 		newBurnCmd(),
 		newExhaustCmd(),
 		newTraceCmd(),
+		newExecCmd(),
 	)
 	return root
 }
