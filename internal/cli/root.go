@@ -90,6 +90,7 @@ digital twin of two 8-GPU H200 nodes, no GPU or cluster needed.`,
 		newAgentCmd(),
 		newBurnCmd(),
 		newExhaustCmd(),
+		newNCCLCmd(),
 		newTraceCmd(),
 		newExecCmd(),
 	)
