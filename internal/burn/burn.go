@@ -47,6 +47,8 @@ type Result struct {
 	StopReason      StopReason `json:"stop_reason"`
 	// TempCeilingC is the ceiling asked for (0: none).
 	TempCeilingC float64 `json:"temp_ceiling_c"`
+	// Duty is the share of wall time the GPUs burned (1: continuously).
+	Duty float64 `json:"duty"`
 	// Crossing is the sample that reached the ceiling, when one did.
 	Crossing *Crossing   `json:"ceiling_crossing,omitempty"`
 	GPUs     []GPUResult `json:"gpus"`
@@ -79,7 +81,8 @@ type GPUResult struct {
 	// TFLOPS is 2·N³ per timed product over the GPU time of the timed
 	// batches, measured with CUDA events around each batch of products
 	// (the first batch is warm-up and not timed; the compare kernel is
-	// outside the events).
+	// outside the events). It is the rate while burning: the idle time of
+	// a duty cycle below 1 is not in it.
 	TFLOPS        float64 `json:"tflops"`
 	TimedProducts uint64  `json:"timed_products"`
 	GEMMSeconds   float64 `json:"gemm_seconds"`
@@ -205,7 +208,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 
 	start := time.Now()
 	res := Result{DType: o.DType, N: o.N, Seed: o.Seed, DurationSeconds: o.Duration.Seconds(),
-		TempCeilingC: o.TempCeilingC, TelemetryEnabled: o.Telemetry != nil}
+		TempCeilingC: o.TempCeilingC, Duty: o.Duty, TelemetryEnabled: o.Telemetry != nil}
 	stopCtx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 
@@ -407,6 +410,19 @@ func (w *worker) run(ctx context.Context) (res GPUResult, err error) {
 	return res, w.loop(ctx, b, &res)
 }
 
+// idle waits for d or until ctx ends, whichever comes first.
+func idle(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
 // buffers is what a burn holds on its GPU.
 type buffers struct {
 	c                *cuda.Context
@@ -597,10 +613,12 @@ func (w *worker) loop(ctx context.Context, bf *buffers, res *GPUResult) error {
 	fl := flops(w.opts.N)
 	var rates []float64
 	for i := 0; ctx.Err() == nil; i++ {
+		batchStart := time.Now()
 		ms, c, err := w.batch(bf, k)
 		if err != nil {
 			return err
 		}
+		busy := time.Since(batchStart)
 		res.Products += uint64(k)
 		res.Checks++
 		if c > counter {
@@ -617,6 +635,11 @@ func (w *worker) loop(ctx context.Context, bf *buffers, res *GPUResult) error {
 		if w.opts.Progress != nil {
 			w.opts.Progress(Progress{GPU: w.gpu.index, Elapsed: time.Since(began), Products: res.Products, BatchTFLOPS: rate, Mismatches: res.Mismatches})
 		}
+		// The idle is measured against the batch's wall time, compare
+		// kernel and synchronisation included, because a utilisation
+		// counter sees those as busy too. It ends early on stop, so a
+		// duty cycle never delays the ceiling or the duration.
+		idle(ctx, idleAfter(busy, w.opts.Duty))
 	}
 	if res.GEMMSeconds > 0 {
 		res.TFLOPS = fl * float64(res.TimedProducts) / res.GEMMSeconds / 1e12

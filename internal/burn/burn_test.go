@@ -51,6 +51,30 @@ func TestOptionsValidation(t *testing.T) {
 		{name: "negative ceiling", opts: Options{Duration: time.Second, TempCeilingC: -1, Telemetry: okTelemetry}, wantErr: []string{"negative"}},
 		{name: "duplicate and negative gpus", opts: Options{Duration: time.Second, GPUs: []int{0, 0, -1}}, wantErr: []string{"gpu 0 is listed twice", "gpu index -1"}},
 		{name: "every error at once", opts: Options{DType: "x", N: 3}, wantErr: []string{"duration", "data type", "matrix size"}},
+		{name: "duty unset is continuous", opts: Options{Duration: time.Second}, check: func(t *testing.T, o Options) {
+			if o.Duty != 1 || o.BatchTarget != DefaultBatchTarget {
+				t.Errorf("duty %g, batch target %s; want 1 and %s", o.Duty, o.BatchTarget, DefaultBatchTarget)
+			}
+		}},
+		{name: "duty one", opts: Options{Duration: time.Second, Duty: 1}, check: func(t *testing.T, o Options) {
+			if o.Duty != 1 || o.BatchTarget != DefaultBatchTarget {
+				t.Errorf("duty %g, batch target %s; want 1 and %s", o.Duty, o.BatchTarget, DefaultBatchTarget)
+			}
+		}},
+		{name: "duty shortens the default batch", opts: Options{Duration: time.Second, Duty: 0.25}, check: func(t *testing.T, o Options) {
+			if o.Duty != 0.25 || o.BatchTarget != DefaultBatchTarget/4 {
+				t.Errorf("duty %g, batch target %s; want 0.25 and %s", o.Duty, o.BatchTarget, DefaultBatchTarget/4)
+			}
+		}},
+		{name: "duty keeps an explicit batch", opts: Options{Duration: time.Second, Duty: 0.5, BatchTarget: time.Second}, check: func(t *testing.T, o Options) {
+			if o.BatchTarget != time.Second {
+				t.Errorf("batch target %s, want 1s", o.BatchTarget)
+			}
+		}},
+		{name: "duty above one", opts: Options{Duration: time.Second, Duty: 1.01}, wantErr: []string{"duty 1.01 is not in (0, 1]"}},
+		{name: "negative duty", opts: Options{Duration: time.Second, Duty: -0.5}, wantErr: []string{"duty -0.5"}},
+		{name: "NaN duty", opts: Options{Duration: time.Second, Duty: math.NaN()}, wantErr: []string{"duty NaN"}},
+		{name: "infinite duty", opts: Options{Duration: time.Second, Duty: math.Inf(1)}, wantErr: []string{"duty +Inf"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -74,6 +98,49 @@ func TestOptionsValidation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestIdleAfter(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		busy time.Duration
+		duty float64
+		want time.Duration
+	}{
+		{name: "continuous", busy: 200 * time.Millisecond, duty: 1, want: 0},
+		{name: "half", busy: 100 * time.Millisecond, duty: 0.5, want: 100 * time.Millisecond},
+		{name: "quarter", busy: 50 * time.Millisecond, duty: 0.25, want: 150 * time.Millisecond},
+		{name: "five percent", busy: 10 * time.Millisecond, duty: 0.05, want: 190 * time.Millisecond},
+		{name: "no busy time", busy: 0, duty: 0.5, want: 0},
+		{name: "unset duty is continuous", busy: time.Second, duty: 0, want: 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got := idleAfter(tc.busy, tc.duty)
+			// Float rounding may cost a nanosecond or two.
+			if d := got - tc.want; d < -2 || d > 2 {
+				t.Fatalf("idleAfter(%s, %g) = %s, want %s", tc.busy, tc.duty, got, tc.want)
+			}
+			if tc.duty > 0 && tc.busy > 0 {
+				if share := float64(tc.busy) / float64(tc.busy+got); math.Abs(share-tc.duty) > 1e-6 {
+					t.Errorf("busy share %g, want the duty %g", share, tc.duty)
+				}
+			}
+		})
+	}
+}
+
+func TestIdleEndsWithTheContext(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	start := time.Now()
+	idle(ctx, time.Hour)
+	if d := time.Since(start); d > time.Second {
+		t.Fatalf("idle of an hour with a cancelled context took %s", d)
 	}
 }
 

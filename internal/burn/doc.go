@@ -16,4 +16,8 @@
 // as a function, read every second into the result's trace; when any GPU
 // reaches the temperature ceiling the burn stops within one batch, well
 // inside two seconds. A burn always has a duration, at most MaxDuration.
+//
+// A duty cycle (Options.Duty) below 1 idles each GPU after every batch in
+// proportion to the batch's time, so utilisation counters read about the
+// duty while each batch still runs on every SM.
 package burn

@@ -114,7 +114,7 @@ type Options struct {
 	// DefaultSampleInterval.
 	SampleInterval time.Duration
 	// BatchTarget is the GPU time of one batch of products between stop
-	// checks; 0 means DefaultBatchTarget.
+	// checks; 0 means DefaultBatchTarget times Duty.
 	BatchTarget time.Duration
 	// Seed draws the inputs; 0 means one from the clock. The result
 	// records it, so a run can be replayed on the same data.
@@ -123,6 +123,15 @@ type Options struct {
 	// own goroutine (so concurrently for several GPUs); it must not
 	// block.
 	Progress func(Progress)
+	// Duty is the share of wall time each GPU burns, in (0, 1]; 0 means
+	// 1, a continuous burn. After a batch that took t of wall time the
+	// GPU idles t·(1/Duty − 1), so a utilisation counter that samples
+	// whether a kernel is running (DCGM_FI_DEV_GPU_UTIL, nvidia-smi's
+	// utilization.gpu) reads about Duty. While a batch runs it still
+	// occupies every SM: the load is shared out in time, not in space.
+	// With the default BatchTarget a batch lasts Duty·DefaultBatchTarget,
+	// so one cycle of burn and idle takes about DefaultBatchTarget.
+	Duty float64
 }
 
 // withDefaults fills in defaults and validates.
@@ -161,6 +170,12 @@ func (o Options) withDefaults() (Options, error) {
 		}
 		seen[g] = true
 	}
+	switch {
+	case o.Duty == 0:
+		o.Duty = 1
+	case !(o.Duty > 0 && o.Duty <= 1): // written so that NaN fails too
+		errs = append(errs, fmt.Errorf("duty %g is not in (0, 1]", o.Duty))
+	}
 	if o.SampleInterval < 0 || o.BatchTarget < 0 {
 		errs = append(errs, errors.New("sample interval and batch target must not be negative"))
 	}
@@ -168,10 +183,27 @@ func (o Options) withDefaults() (Options, error) {
 		o.SampleInterval = DefaultSampleInterval
 	}
 	if o.BatchTarget == 0 {
-		o.BatchTarget = DefaultBatchTarget
+		// A duty cycle shortens the default batch in proportion, so a
+		// cycle of burn and idle lasts DefaultBatchTarget whatever the
+		// duty: utilisation counters average over 1/6 s to 1 s, and a
+		// longer cycle would read as alternating full and empty samples.
+		share := o.Duty
+		if !(share > 0 && share <= 1) {
+			share = 1 // already reported above
+		}
+		o.BatchTarget = time.Duration(float64(DefaultBatchTarget) * share)
 	}
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
 	}
 	return o, errors.Join(errs...)
+}
+
+// idleAfter is how long a GPU idles after a batch that took busy of wall
+// time so that it burns duty of the time: busy/(busy+idle) = duty.
+func idleAfter(busy time.Duration, duty float64) time.Duration {
+	if duty >= 1 || duty <= 0 || busy <= 0 {
+		return 0
+	}
+	return time.Duration(float64(busy) * (1/duty - 1))
 }

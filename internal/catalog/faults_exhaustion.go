@@ -39,18 +39,21 @@ func exhaustionFaults() []*Fault {
 		{
 			ID:      "exhaustion.sm-burn",
 			Family:  FamilyExhaustion,
-			Summary: "A co-tenant kernel burns a share of the GPU's SMs beside the job",
+			Summary: "A co-tenant kernel keeps the GPU's SMs busy for a share of the time beside the job",
 			Scope:   ScopeGPU,
 			Safety:  SafetyDisruptive,
 			Params: []Param{
-				{Name: "load", Type: ParamFloat, Default: "0.5", Min: "0.05", Max: "1", Unit: "of SMs", Help: "share of the SMs the burn occupies"},
+				{Name: "load", Type: ParamFloat, Default: "0.5", Min: "0.05", Max: "1", Unit: "of the time", Help: "share of the wall time the burn keeps every SM busy (its duty cycle)"},
 				ceilingParam("85"),
 			},
 			Detectable: gpuLayers(),
 			Mechanisms: []Mechanism{{
 				Name: "burn", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: gpuLayers(),
-				Description: "Runs gpuchaos' own FMA and GEMM kernels (loaded through purego, no CUDA toolkit) on load × SMs from a second " +
-					"process, checking their results for silent corruption, and stops at the temperature ceiling.",
+				Description: "Runs `gpuchaos burn --duty load` on the GPU as a child process of gpuchaos: cuBLAS matrix products " +
+					"(loaded through purego, no CUDA toolkit) on every SM, idling after each batch so that it burns load of the wall time " +
+					"and GPU utilisation reads about load, each product checked bit for bit against a reference. It stops within two " +
+					"seconds of the temperature ceiling and ends on its own shortly after the experiment; recovery stops the process " +
+					"(SIGTERM, SIGKILL after 10 s).",
 			}},
 			Signature: Signature{
 				Series:   []string{"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_TEMP", seriesJobStepSeconds},
@@ -65,13 +68,15 @@ func exhaustionFaults() []*Fault {
 			Scope:   ScopeGPU,
 			Safety:  SafetyDisruptive,
 			Params: []Param{
-				{Name: "fraction", Type: ParamFloat, Default: "0.9", Min: "0.01", Max: "0.99", Unit: "of HBM", Help: "share of the GPU's memory to hold"},
+				{Name: "fraction", Type: ParamFloat, Default: "0.9", Min: "0.01", Max: "0.99", Unit: "of free HBM", Help: "share of the GPU's free memory to hold"},
 			},
 			Detectable: gpuLayers(),
 			Mechanisms: []Mechanism{{
 				Name: "cuda-malloc", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: gpuLayers(),
-				Description: "Allocates and touches fraction × HBM with cuMemAlloc from a second process and frees it on recovery. " +
-					"Memory the job already holds is never taken, so a running job fails only at its next allocation.",
+				Description: "Runs `gpuchaos exhaust vram` on the GPU as a child process of gpuchaos: allocates fraction of the " +
+					"memory free at that moment (as cuMemGetInfo reports it) with cuMemAlloc in 1 GiB chunks, writes every byte so it " +
+					"is really backed, and frees it when recovery stops the process. Memory the job already holds is never taken, so a " +
+					"running job fails only at its next allocation.",
 			}},
 			Signature: Signature{
 				Series:   []string{"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE"},
@@ -89,8 +94,9 @@ func exhaustionFaults() []*Fault {
 			Detectable: gpuLayers(),
 			Mechanisms: []Mechanism{{
 				Name: "burn", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: gpuLayers(),
-				Description: "Runs the full burn on every SM for the experiment's duration so heat builds in the board and chassis; " +
-					"it stops within two seconds of the temperature ceiling.",
+				Description: "Runs `gpuchaos burn` continuously on the GPU as a child process of gpuchaos for the experiment's " +
+					"duration, so heat builds in the board and chassis; it stops within two seconds of the temperature ceiling, and " +
+					"recovery stops the process.",
 			}},
 			Signature: Signature{
 				Series:   []string{"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_THERMAL_VIOLATION"},
@@ -112,8 +118,10 @@ func exhaustionFaults() []*Fault {
 			Detectable: gpuLayers(),
 			Mechanisms: []Mechanism{{
 				Name: "cuda-memcpy", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: gpuLayers(),
-				Description: "Loops pinned host-to-device and device-to-host copies (cuMemcpyHtoDAsync, cuMemcpyDtoHAsync) from a second " +
-					"process, paced to the rate.",
+				Description: "Runs `gpuchaos exhaust pcie --rate rate` on the GPU as a child process of gpuchaos: loops pinned " +
+					"host-to-device and device-to-host copies (cuMemcpyHtoDAsync, cuMemcpyDtoHAsync) on two streams at once, each " +
+					"copy issued only once the bytes queued so far fit the rate since the start, so the link carries at most rate " +
+					"bytes per second on average while each copy runs at link speed. Recovery stops the process.",
 			}},
 			Signature: Signature{
 				Series:   []string{"DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", "DCGM_FI_DEV_MEM_COPY_UTIL", seriesJobStepSeconds},
@@ -127,12 +135,12 @@ func exhaustionFaults() []*Fault {
 		{
 			ID:      "exhaustion.noisy-neighbour",
 			Family:  FamilyExhaustion,
-			Summary: "A second tenant shares the GPU (time-slicing or MPS) and takes SMs and memory",
+			Summary: "A second tenant shares the GPU (time-slicing or MPS) and takes SM time and memory",
 			Scope:   ScopeGPU,
 			Safety:  SafetyDisruptive,
 			Params: []Param{
-				{Name: "share", Type: ParamFloat, Default: "0.5", Min: "0.05", Max: "0.95", Unit: "of SMs", Help: "share of the SMs the neighbour keeps busy"},
-				{Name: "memory", Type: ParamFloat, Default: "0.1", Min: "0", Max: "0.9", Unit: "of HBM", Help: "share of the GPU's memory the neighbour holds; 0 for none"},
+				{Name: "share", Type: ParamFloat, Default: "0.5", Min: "0.05", Max: "0.95", Unit: "of the time", Help: "share of the wall time the neighbour keeps the SMs busy"},
+				{Name: "memory", Type: ParamFloat, Default: "0.1", Min: "0", Max: "0.9", Unit: "of free HBM", Help: "share of the GPU's free memory the neighbour holds; 0 for none"},
 			},
 			// In Kubernetes the neighbour is a pod bound to the same GPU,
 			// which the API shows.
@@ -146,9 +154,11 @@ func exhaustionFaults() []*Fault {
 				},
 				{
 					Name: "burn", Targets: targetsLocal(), Safety: SafetyDisruptive,
-					Reaches:     []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload},
-					Misses:      []Layer{LayerK8sAPI},
-					Description: "Runs the burn and holds the memory from a second process on the node, outside any scheduler.",
+					Reaches: []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload},
+					Misses:  []Layer{LayerK8sAPI},
+					Description: "Runs `gpuchaos burn --duty share` (stopping at 85 °C) and, when memory is above 0, `gpuchaos exhaust " +
+						"vram --fraction memory` beside it, as child processes of gpuchaos on the node, outside any scheduler; recovery " +
+						"stops both.",
 				},
 			},
 			Signature: Signature{

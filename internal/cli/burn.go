@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpuchaos/gpuchaos/internal/burn"
 	"github.com/gpuchaos/gpuchaos/internal/cuda"
@@ -26,6 +29,8 @@ func newBurnCmd() *cobra.Command {
 		size     int
 		ceiling  float64
 		seed     uint64
+		duty     float64
+		readyFD  int
 		f        format
 	)
 	cmd := &cobra.Command{
@@ -44,11 +49,18 @@ Telemetry (temperature, power, clocks, clock-event reasons) is read through
 NVML every second into the trace; with --temp-ceiling the burn stops within
 2 s of a GPU reaching the ceiling. A burn always has a duration.
 
+With --duty below 1 each GPU idles after every batch of products for as
+long as the batch took times 1/duty − 1, so it burns that share of the wall
+time and utilisation counters (DCGM_FI_DEV_GPU_UTIL) read about the duty;
+while a batch runs it still uses every SM. TFLOP/s is the rate while
+burning, idle time excluded.
+
 GPUs are numbered in PCI bus order, as nvidia-smi numbers them. Needs the
 NVIDIA driver (libcuda.so.1) and cuBLAS (libcublas.so.13 or .12, found
 through the loader, LD_LIBRARY_PATH, CUDA_HOME or /usr/local/cuda).`,
 		Example: `  gpuchaos burn --duration 30s
   gpuchaos burn --gpus 0,1 --duration 10m --dtype tf32 --temp-ceiling 85
+  gpuchaos burn --gpus 0 --duration 5m --duty 0.5 --temp-ceiling 85
   gpuchaos burn --duration 60s --format json | jq '.gpus[] | {index, tflops, mismatches}'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -69,10 +81,28 @@ through the loader, LD_LIBRARY_PATH, CUDA_HOME or /usr/local/cuda).`,
 			if ceiling < 0 {
 				return fmt.Errorf("--temp-ceiling %g: must not be negative", ceiling)
 			}
-			opts := burn.Options{GPUs: sel, Duration: duration, DType: dt, N: size, TempCeilingC: ceiling, Seed: seed}
+			if !(duty > 0 && duty <= 1) {
+				return fmt.Errorf("--duty %g: must be above 0 and at most 1", duty)
+			}
+			ready, err := openReadyPipe(readyFD)
+			if err != nil {
+				return err
+			}
+			defer ready.close()
+			opts := burn.Options{GPUs: sel, Duration: duration, DType: dt, N: size, TempCeilingC: ceiling, Seed: seed, Duty: duty}
 			// The driver first, so a machine without a GPU hears exactly that.
-			if _, err := cuda.Open(); err != nil {
+			drv, err := cuda.Open()
+			if err != nil {
 				return failed(fmt.Errorf("burn: %w", err))
+			}
+			if ready != nil {
+				want := len(sel)
+				if want == 0 {
+					if want, err = drv.DeviceCount(); err != nil {
+						return failed(fmt.Errorf("burn: count GPUs: %w", err))
+					}
+				}
+				opts.Progress = readyAfterFirstBatches(want, func() { ready.signal(cmd.ErrOrStderr()) })
 			}
 			tel, closeTel, err := nvmlTelemetry()
 			if err != nil {
@@ -114,8 +144,88 @@ through the loader, LD_LIBRARY_PATH, CUDA_HOME or /usr/local/cuda).`,
 	fl.IntVar(&size, "size", burn.DefaultN, "matrix size N of the N×N×N products (multiple of 8)")
 	fl.Float64Var(&ceiling, "temp-ceiling", 0, "stop when any GPU reaches this temperature in °C (0: no ceiling)")
 	fl.Uint64Var(&seed, "seed", 0, "seed of the random inputs (0: from the clock)")
+	fl.Float64Var(&duty, "duty", 1, "share of the wall time each GPU burns, above 0 and at most 1 (1: continuously)")
+	addReadyFDFlag(cmd, &readyFD)
 	addFormatFlag(cmd, &f)
 	return cmd
+}
+
+// readyAfterFirstBatches returns a burn progress callback that calls
+// ready once, when n distinct GPUs have each finished a batch: only then
+// is every selected GPU really burning.
+func readyAfterFirstBatches(n int, ready func()) func(burn.Progress) {
+	var (
+		mu   sync.Mutex
+		seen = map[int]bool{}
+		done bool
+	)
+	return func(p burn.Progress) {
+		mu.Lock()
+		seen[p.GPU] = true
+		fire := !done && len(seen) >= n
+		done = done || fire
+		mu.Unlock()
+		if fire {
+			ready()
+		}
+	}
+}
+
+// readyPipe is the write end of a pipe a parent process passed with the
+// hidden --ready-fd flag (gpuchaos starts burns and exhaustions as child
+// processes for the engine's faults). The command writes "ready\n" to it
+// and closes it once the resource is really taken; when the command fails
+// first, the pipe is closed unwritten and the parent reads end of file.
+// A nil *readyPipe (no flag) does nothing.
+type readyPipe struct {
+	once sync.Once
+	f    *os.File
+}
+
+// addReadyFDFlag adds the hidden --ready-fd flag; -1, its default, is off.
+func addReadyFDFlag(cmd *cobra.Command, fd *int) {
+	cmd.Flags().IntVar(fd, "ready-fd", -1, "inherited file descriptor to write ready to once the resource is taken")
+	_ = cmd.Flags().MarkHidden("ready-fd")
+}
+
+// openReadyPipe adopts the descriptor of --ready-fd; -1 gives nil.
+func openReadyPipe(fd int) (*readyPipe, error) {
+	if fd == -1 {
+		return nil, nil
+	}
+	if fd < 3 {
+		return nil, fmt.Errorf("--ready-fd %d: must be 3 or more (0 to 2 are stdin, stdout and stderr)", fd)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+		return nil, fmt.Errorf("--ready-fd %d: not an open file descriptor: %w", fd, err)
+	}
+	// Nothing this command starts should hold the pipe open after it.
+	unix.CloseOnExec(fd)
+	return &readyPipe{f: os.NewFile(uintptr(fd), "ready-fd")}, nil
+}
+
+// signal writes the ready line and closes the pipe, once. A parent that
+// has gone away is not an error of the command: it is reported on w, and
+// the command runs on to its own duration.
+func (r *readyPipe) signal(w io.Writer) {
+	if r == nil {
+		return
+	}
+	r.once.Do(func() {
+		_, err := io.WriteString(r.f, "ready\n")
+		err = errors.Join(err, r.f.Close())
+		if err != nil {
+			fmt.Fprintf(w, "gpuchaos: --ready-fd: %v\n", err)
+		}
+	})
+}
+
+// close closes the pipe unwritten, unless signal already ran.
+func (r *readyPipe) close() {
+	if r == nil {
+		return
+	}
+	r.once.Do(func() { _ = r.f.Close() })
 }
 
 // parseGPUList reads --gpus: "all" (or empty) for every GPU, else a comma
@@ -168,7 +278,11 @@ func writeBurnTable(w io.Writer, r burn.Result) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "%s %d³, stopped by %s after %.1f s", r.DType, r.N, r.StopReason, r.ElapsedSeconds)
+	fmt.Fprintf(w, "%s %d³", r.DType, r.N)
+	if r.Duty > 0 && r.Duty < 1 {
+		fmt.Fprintf(w, " at duty %g", r.Duty)
+	}
+	fmt.Fprintf(w, ", stopped by %s after %.1f s", r.StopReason, r.ElapsedSeconds)
 	if c := r.Crossing; c != nil {
 		fmt.Fprintf(w, " (gpu %d read %.0f °C ≥ %.0f °C; stopped %.2f s after that sample)", c.GPU, c.TempC, r.TempCeilingC, c.StopLatencySeconds)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/cuda"
 	"github.com/gpuchaos/gpuchaos/internal/exhaust"
 )
@@ -60,6 +61,7 @@ func newExhaustVRAMCmd() *cobra.Command {
 		gpuIdx   int
 		fraction float64
 		duration time.Duration
+		readyFD  int
 		f        format
 	)
 	cmd := &cobra.Command{
@@ -80,6 +82,11 @@ it for --duration (or until interrupted) and free it.`,
 			if !(fraction > 0 && fraction <= exhaust.MaxFraction) {
 				return fmt.Errorf("--fraction %g: must be above 0 and at most %g", fraction, exhaust.MaxFraction)
 			}
+			ready, err := openReadyPipe(readyFD)
+			if err != nil {
+				return err
+			}
+			defer ready.close()
 			if err := openExhaustDriver("exhaust vram"); err != nil {
 				return err
 			}
@@ -88,6 +95,7 @@ it for --duration (or until interrupted) and free it.`,
 			if err != nil {
 				return failed(err)
 			}
+			ready.signal(cmd.ErrOrStderr())
 			info := h.Info()
 			if f == "table" {
 				fmt.Fprintf(cmd.OutOrStdout(), "gpu %d (%s): holding %s in %d chunks (%.0f%% of %s free; free now %s of %s)\n",
@@ -124,6 +132,7 @@ it for --duration (or until interrupted) and free it.`,
 	fl.IntVar(&gpuIdx, "gpu", 0, "GPU index (PCI bus order, as nvidia-smi)")
 	fl.Float64Var(&fraction, "fraction", 0.9, fmt.Sprintf("share of the free memory to hold, above 0 and at most %g", exhaust.MaxFraction))
 	fl.DurationVar(&duration, "duration", 0, "how long to hold, e.g. 30s (required; at most 24h)")
+	addReadyFDFlag(cmd, &readyFD)
 	addFormatFlag(cmd, &f)
 	return cmd
 }
@@ -134,6 +143,8 @@ func newExhaustPCIeCmd() *cobra.Command {
 		duration  time.Duration
 		direction string
 		sizeMiB   uint64
+		rate      string
+		readyFD   int
 		f         format
 	)
 	cmd := &cobra.Command{
@@ -142,8 +153,16 @@ func newExhaustPCIeCmd() *cobra.Command {
 		Long: `Copy --size-mib MiB at a time between pinned host memory and the GPU for
 --duration, host to device (h2d), device to host (d2h) or both at once on
 two streams, and report the GB/s each direction reached, timed with CUDA
-events.`,
+events.
+
+--rate caps the bytes moved per second, both directions together: each
+copy may start only once the bytes queued so far fit the rate since the
+start, so the cap holds on average over any few copies while each copy
+runs at link speed. Without --size-mib a paced copy holds a hundredth of a
+second of the rate (1 to 256 MiB). The report gives each direction's speed
+while copying and the average over the run.`,
 		Example: `  gpuchaos exhaust pcie --gpu 0 --duration 10s
+  gpuchaos exhaust pcie --gpu 0 --duration 5m --rate 25G
   gpuchaos exhaust pcie --gpu 1 --duration 1m --direction h2d --format json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -160,10 +179,24 @@ events.`,
 			if sizeMiB < exhaust.MinStormBytes>>20 || sizeMiB > exhaust.MaxStormBytes>>20 {
 				return fmt.Errorf("--size-mib %d: must be between %d and %d", sizeMiB, exhaust.MinStormBytes>>20, exhaust.MaxStormBytes>>20)
 			}
+			bps, err := parseRate(rate)
+			if err != nil {
+				return err
+			}
+			ready, err := openReadyPipe(readyFD)
+			if err != nil {
+				return err
+			}
+			defer ready.close()
 			if err := openExhaustDriver("exhaust pcie"); err != nil {
 				return err
 			}
-			res, runErr := exhaust.PCIeStorm(cmd.Context(), exhaust.Options{GPU: gpuIdx, Bytes: sizeMiB << 20, Duration: duration, Direction: dir})
+			opts := exhaust.Options{GPU: gpuIdx, Duration: duration, Direction: dir, Rate: bps,
+				Started: func() { ready.signal(cmd.ErrOrStderr()) }}
+			if cmd.Flags().Changed("size-mib") || bps == 0 {
+				opts.Bytes = sizeMiB << 20
+			}
+			res, runErr := exhaust.PCIeStorm(cmd.Context(), opts)
 			if runErr != nil && res.H2D == nil && res.D2H == nil {
 				return failed(runErr)
 			}
@@ -185,13 +218,32 @@ events.`,
 	fl.IntVar(&gpuIdx, "gpu", 0, "GPU index (PCI bus order, as nvidia-smi)")
 	fl.DurationVar(&duration, "duration", 0, "how long to copy, e.g. 10s (required; at most 24h)")
 	fl.StringVar(&direction, "direction", string(exhaust.Both), "h2d, d2h or both (at once)")
-	fl.Uint64Var(&sizeMiB, "size-mib", exhaust.DefaultStormBytes>>20, "size of one copy in MiB")
+	fl.Uint64Var(&sizeMiB, "size-mib", exhaust.DefaultStormBytes>>20, "size of one copy in MiB (with --rate: a hundredth of a second of the rate)")
+	fl.StringVar(&rate, "rate", "0", "cap on bytes per second, both directions together, such as 25G or 512M (0: as fast as the link allows)")
+	addReadyFDFlag(cmd, &readyFD)
 	addFormatFlag(cmd, &f)
 	return cmd
 }
 
+// parseRate reads --rate: a byte count per second in the catalogue's
+// notation (25G is 25·10⁹, 512Mi is 512·2²⁰), 0 for no cap.
+func parseRate(s string) (uint64, error) {
+	n, err := catalog.ParseBytes(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("--rate %q: not a byte rate such as 25G or 512M", s)
+	}
+	if n > exhaust.MaxRate {
+		return 0, fmt.Errorf("--rate %q: must be at most %d bytes/s", s, uint64(exhaust.MaxRate))
+	}
+	return uint64(n), nil
+}
+
 func writeStorm(w io.Writer, r exhaust.StormResult) error {
-	fmt.Fprintf(w, "gpu %d (%s): %s copies of %d MiB for %.1f s\n", r.GPU, r.PCIBusID, r.Direction, r.CopyBytes>>20, r.ElapsedSeconds)
+	fmt.Fprintf(w, "gpu %d (%s): %s copies of %d MiB for %.1f s, %.2f GB/s on average", r.GPU, r.PCIBusID, r.Direction, r.CopyBytes>>20, r.ElapsedSeconds, r.AverageGBps)
+	if r.RateLimit > 0 {
+		fmt.Fprintf(w, " (capped at %.2f GB/s)", float64(r.RateLimit)/1e9)
+	}
+	fmt.Fprintln(w)
 	for _, d := range []struct {
 		name string
 		r    *exhaust.Rate
@@ -199,7 +251,7 @@ func writeStorm(w io.Writer, r exhaust.StormResult) error {
 		if d.r == nil {
 			continue
 		}
-		if _, err := fmt.Fprintf(w, "%s: %.2f GB/s (%d copies, %s in %.2f s of GPU time)\n",
+		if _, err := fmt.Fprintf(w, "%s: %.2f GB/s while copying (%d copies, %s in %.2f s of GPU time)\n",
 			d.name, d.r.GBps, d.r.Copies, exhaustGiB(d.r.Bytes), d.r.GPUSeconds); err != nil {
 			return err
 		}

@@ -428,7 +428,10 @@ func (e *Engine) inject(ctx context.Context, rec *Record, plan *Plan) []Injectio
 			return done
 		}
 		done = append(done, in)
-		if err := inj.Inject(ctx, in.Key, in.Ref, in.values); err != nil {
+		// Whatever the injector starts that could outlive this process
+		// ends by itself after the experiment's window.
+		hold := fault.WithHoldUntil(ctx, e.opts.Target.Now().Add(rec.Experiment.Spec.Duration.Duration+max(e.opts.RecoveryWindow, 0)))
+		if err := inj.Inject(hold, in.Key, in.Ref, in.values); err != nil {
 			rec.Error = fmt.Sprintf("inject %s on %s: %v", in.Fault, refKey(in.Ref), err)
 			return done
 		}

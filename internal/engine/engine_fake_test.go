@@ -33,6 +33,8 @@ type fakeTarget struct {
 	cancel     context.CancelFunc
 	steadyOK   bool
 	name       string
+	// holdUntil is what the last Inject read from fault.HoldUntil.
+	holdUntil time.Time
 }
 
 func newFake() *fakeTarget {
@@ -94,6 +96,7 @@ func (i fakeInjector) Inject(ctx context.Context, key string, _ target.Ref, _ ca
 		return errors.New("device busy")
 	}
 	i.f.applied[key] = true
+	i.f.holdUntil, _ = fault.HoldUntil(ctx)
 	if i.f.injectedAt.IsZero() {
 		i.f.injectedAt = i.f.now
 	}
@@ -166,6 +169,24 @@ func TestEngineVerdicts(t *testing.T) {
 	}
 	if rec.Passed() {
 		t.Error("Passed() with a late and a missed expectation")
+	}
+}
+
+// TestEngineBoundsTheHold checks that injectors learn when the engine will
+// be done with the fault — the window plus the recovery window — so what
+// they start can end by itself if the engine dies.
+func TestEngineBoundsTheHold(t *testing.T) {
+	for _, rw := range []time.Duration{-1, 3 * time.Minute} {
+		f := newFake()
+		eng := New(Options{Target: f, RecoveryWindow: rw})
+		start := f.Now()
+		if _, err := eng.Run(context.Background(), experiment([]string{"3"}, 2*time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		want := 10*time.Minute + max(rw, 0) // experiment() runs for 10 minutes
+		if got := f.holdUntil.Sub(start); got < want || got > want+time.Minute {
+			t.Errorf("recovery window %v: hold until %v after the start, want %v (plus the steady-state check)", rw, got, want)
+		}
 	}
 }
 

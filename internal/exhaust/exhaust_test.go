@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -74,6 +75,17 @@ func TestOptionsWithDefaults(t *testing.T) {
 		{name: "copy too small", in: Options{Bytes: MinStormBytes - 1, Duration: time.Second}, wantErr: "copy size"},
 		{name: "copy too large", in: Options{Bytes: MaxStormBytes + 1, Duration: time.Second}, wantErr: "copy size"},
 		{name: "bad direction", in: Options{Duration: time.Second, Direction: "sideways"}, wantErr: "direction"},
+		{name: "rate sizes the copies to a hundredth of a second", in: Options{Duration: time.Second, Rate: 1e9},
+			want: Options{Duration: time.Second, Bytes: 9 << 20, Direction: Both, Rate: 1e9}},
+		{name: "slow rate copies the smallest size", in: Options{Duration: time.Second, Rate: 1e6},
+			want: Options{Duration: time.Second, Bytes: MinStormBytes, Direction: Both, Rate: 1e6}},
+		{name: "fast rate copies the default size", in: Options{Duration: time.Second, Rate: 100e9},
+			want: Options{Duration: time.Second, Bytes: DefaultStormBytes, Direction: Both, Rate: 100e9}},
+		{name: "rate keeps an explicit copy size", in: Options{Duration: time.Second, Rate: 1e6, Bytes: 64 << 20},
+			want: Options{Duration: time.Second, Bytes: 64 << 20, Direction: Both, Rate: 1e6}},
+		{name: "rate at the cap", in: Options{Duration: time.Second, Rate: MaxRate},
+			want: Options{Duration: time.Second, Bytes: DefaultStormBytes, Direction: Both, Rate: MaxRate}},
+		{name: "rate over the cap", in: Options{Duration: time.Second, Rate: MaxRate + 1}, wantErr: "rate"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -87,10 +99,67 @@ func TestOptionsWithDefaults(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tt.want {
+			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("got %+v, want %+v", got, tt.want)
 			}
 		})
+	}
+}
+
+func TestIssueAt(t *testing.T) {
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	tests := []struct {
+		name   string
+		issued uint64
+		rate   uint64
+		want   time.Duration // after t0
+	}{
+		{name: "unpaced is never held back", issued: 1 << 40, rate: 0, want: 0},
+		{name: "nothing queued", issued: 0, rate: 25e9, want: 0},
+		{name: "one second's worth", issued: 25e9, rate: 25e9, want: time.Second},
+		{name: "a fraction of a second", issued: 250e6, rate: 25e9, want: 10 * time.Millisecond},
+		{name: "slow rate", issued: 3 << 20, rate: 1e6, want: 3145728 * time.Microsecond},
+		{name: "a day at the top rate without overflow", issued: 86400 * MaxRate, rate: MaxRate, want: 24 * time.Hour},
+		{name: "whole and part", issued: 3*7e9 + 7e9/2, rate: 7e9, want: 3500 * time.Millisecond},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := issueAt(t0, tt.issued, tt.rate).Sub(t0)
+			if d := got - tt.want; d < -time.Microsecond || d > time.Microsecond {
+				t.Errorf("issueAt(t0, %d, %d) = t0+%s, want t0+%s", tt.issued, tt.rate, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestPacedScheduleKeepsTheRate plays a storm's loop against the schedule
+// with copies that take no time: whenever a round is queued, the bytes
+// queued so far, the round's included, never exceed the rate times the
+// elapsed time, and over the whole run the average is the rate to within
+// one round.
+func TestPacedScheduleKeepsTheRate(t *testing.T) {
+	t0 := time.Unix(0, 0)
+	const rate, copyBytes, lanes = 2e9, 20 << 20, 2
+	var issued uint64
+	now := t0
+	end := t0.Add(10 * time.Second)
+	const round = lanes * copyBytes
+	for {
+		at := issueAt(t0, issued+round, rate) // as PCIeStorm asks
+		if at.After(now) {
+			now = at
+		}
+		if !now.Before(end) {
+			break
+		}
+		issued += round
+		if limit := rate * now.Sub(t0).Seconds(); float64(issued) > limit+1 {
+			t.Fatalf("at t0+%s %d bytes were queued, over the rate's %.0f", now.Sub(t0), issued, limit)
+		}
+	}
+	avg := float64(issued) / end.Sub(t0).Seconds()
+	if avg > rate || rate-avg > round/10 {
+		t.Errorf("average %.6g bytes/s over 10 s, want at most %g and within one round of it", avg, float64(rate))
 	}
 }
 

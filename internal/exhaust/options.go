@@ -24,6 +24,14 @@ const (
 	// MinStormBytes and MaxStormBytes bound Options.Bytes.
 	MinStormBytes = 1 << 20
 	MaxStormBytes = 16 << 30
+	// MaxRate bounds Options.Rate, in bytes per second: ten times what
+	// a PCIe Gen6 x16 link moves, so any real link fits.
+	MaxRate = 1 << 40
+	// pacedCopyShare is the share of a second of Options.Rate one copy
+	// of a paced storm holds by default: a copy moves at the link's
+	// speed, so the smaller it is, the closer any short window keeps to
+	// the rate.
+	pacedCopyShare = 100
 )
 
 // Direction is which way a storm copies.
@@ -67,6 +75,18 @@ type Options struct {
 	Duration time.Duration
 	// Direction is which way to copy (default Both).
 	Direction Direction
+	// Rate caps the bytes the storm moves per second, both directions
+	// together; 0 means as fast as the link allows. Copies are issued on
+	// a schedule (the next may start once the bytes issued so far fit
+	// the rate since the start), so the cap holds on average over any
+	// window of a few copies, while each copy still runs at link speed.
+	// With a rate, Bytes defaults to a hundredth of a second's worth,
+	// between MinStormBytes and DefaultStormBytes.
+	Rate uint64
+	// Started, when set, is called once, from the storm's goroutine, when
+	// the buffers are allocated and the first copies are queued: from
+	// then on the link is really being taken. It must not block.
+	Started func()
 }
 
 // withDefaults fills the defaults in and checks the result.
@@ -74,8 +94,14 @@ func (o Options) withDefaults() (Options, error) {
 	if o.GPU < 0 {
 		return o, fmt.Errorf("gpu %d: must not be negative", o.GPU)
 	}
+	if o.Rate > MaxRate {
+		return o, fmt.Errorf("rate %d bytes/s: must be at most %d", o.Rate, uint64(MaxRate))
+	}
 	if o.Bytes == 0 {
 		o.Bytes = DefaultStormBytes
+		if o.Rate > 0 {
+			o.Bytes = min(max(o.Rate/pacedCopyShare/MinStormBytes*MinStormBytes, MinStormBytes), DefaultStormBytes)
+		}
 	}
 	if o.Bytes < MinStormBytes || o.Bytes > MaxStormBytes {
 		return o, fmt.Errorf("copy size %d bytes: must be between %d and %d", o.Bytes, MinStormBytes, MaxStormBytes)

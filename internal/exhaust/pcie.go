@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"runtime"
 	"time"
 
@@ -29,13 +30,21 @@ type Rate struct {
 
 // StormResult is what a storm measured. A direction not run is nil.
 type StormResult struct {
-	GPU            int       `json:"gpu"`
-	PCIBusID       string    `json:"pci_bus_id"`
-	Direction      Direction `json:"direction"`
-	CopyBytes      uint64    `json:"copy_bytes"`
-	ElapsedSeconds float64   `json:"elapsed_seconds"`
-	H2D            *Rate     `json:"h2d,omitempty"`
-	D2H            *Rate     `json:"d2h,omitempty"`
+	GPU       int       `json:"gpu"`
+	PCIBusID  string    `json:"pci_bus_id"`
+	Direction Direction `json:"direction"`
+	CopyBytes uint64    `json:"copy_bytes"`
+	// RateLimit is Options.Rate, bytes per second both directions
+	// together (0: none).
+	RateLimit      uint64  `json:"rate_limit_bytes_per_s"`
+	ElapsedSeconds float64 `json:"elapsed_seconds"`
+	// AverageGBps is every byte queued, both directions, over the
+	// elapsed wall time, in 10⁹ bytes per second: what the link carried
+	// on average, which a rate keeps below the link's speed. Each
+	// direction's GBps is its speed while copying.
+	AverageGBps float64 `json:"average_gb_per_s"`
+	H2D         *Rate   `json:"h2d,omitempty"`
+	D2H         *Rate   `json:"d2h,omitempty"`
 }
 
 // lane is one direction's buffers, stream and timing events.
@@ -51,8 +60,10 @@ type lane struct {
 // PCIeStorm copies between pinned host memory (cuMemHostAlloc) and device
 // memory for the duration, in the chosen direction (both directions at
 // once on two streams for Both), and returns the bandwidth each direction
-// reached. It stops early, with what it measured so far, when ctx ends;
-// the error then wraps ctx's.
+// reached. With Options.Rate it paces the copies to that many bytes per
+// second, both directions together; Options.Started says when the link is
+// first taken. It stops early, with what it measured so far, when ctx
+// ends; the error then wraps ctx's.
 func PCIeStorm(ctx context.Context, opts Options) (StormResult, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -62,7 +73,7 @@ func PCIeStorm(ctx context.Context, opts Options) (StormResult, error) {
 	if err != nil {
 		return StormResult{}, fmt.Errorf("pcie storm: %w", err)
 	}
-	res := StormResult{GPU: o.GPU, PCIBusID: pci, Direction: o.Direction, CopyBytes: o.Bytes}
+	res := StormResult{GPU: o.GPU, PCIBusID: pci, Direction: o.Direction, CopyBytes: o.Bytes, RateLimit: o.Rate}
 	// The work runs on a goroutine of its own so that locking the OS
 	// thread never leaks into the caller's goroutine.
 	errc := make(chan error, 1)
@@ -120,21 +131,49 @@ func storm(ctx context.Context, dev cuda.Device, o Options, res *StormResult) (e
 		clear(l.host.Bytes())
 		lanes = append(lanes, l)
 	}
+	// A paced storm issues one copy per lane a round, so the schedule
+	// decides every copy; an unpaced one keeps each copy engine fed with
+	// several between two looks at the clock.
+	perRound := copiesPerRound
+	if o.Rate > 0 {
+		perRound = 1
+	}
 	t0 := time.Now()
 	deadline := t0.Add(o.Duration)
-	for time.Now().Before(deadline) && ctx.Err() == nil {
-		for _, l := range lanes {
-			if err := l.issue(c, o.Bytes); err != nil {
-				return err
-			}
+	var issued uint64 // bytes queued so far, both lanes together
+	started := false
+	round := uint64(perRound) * o.Bytes * uint64(len(lanes))
+	for ctx.Err() == nil {
+		// The round's own bytes count: by the time it is queued, no more
+		// than the rate allows has been queued, so the average over the
+		// run stays at or under the rate, never a copy above it.
+		at := issueAt(t0, issued+round, o.Rate)
+		if now := time.Now(); now.After(at) {
+			at = now
+		}
+		if !at.Before(deadline) || !sleepUntil(ctx, at) {
+			break
 		}
 		for _, l := range lanes {
-			if err := l.finish(o.Bytes); err != nil {
+			if err := l.issue(c, o.Bytes, perRound); err != nil {
+				return err
+			}
+			issued += uint64(perRound) * o.Bytes
+		}
+		if !started && o.Started != nil {
+			o.Started()
+		}
+		started = true
+		for _, l := range lanes {
+			if err := l.finish(o.Bytes, perRound); err != nil {
 				return err
 			}
 		}
 	}
 	res.ElapsedSeconds = time.Since(t0).Seconds()
+	if res.ElapsedSeconds > 0 {
+		res.AverageGBps = float64(issued) / res.ElapsedSeconds / 1e9
+	}
 	for _, l := range lanes {
 		r := l.rate
 		if r.GPUSeconds > 0 {
@@ -149,12 +188,50 @@ func storm(ctx context.Context, dev cuda.Device, o Options, res *StormResult) (e
 	return ctx.Err()
 }
 
-// issue queues one round of copies between the lane's two events.
-func (l *lane) issue(c *cuda.Context, n uint64) error {
+// issueAt is the earliest time at which a storm that began at t0 may have
+// queued issued bytes in all without moving over rate bytes per second on
+// average since t0; rate 0 means at once. Computing the time from the total, rather
+// than sleeping a fixed time after each copy, keeps the long-run rate
+// exact whatever the copies and the host's wake-ups cost.
+func issueAt(t0 time.Time, issued, rate uint64) time.Time {
+	if rate == 0 {
+		return t0
+	}
+	// Whole seconds, then the rest in nanoseconds rounded up, in 128-bit
+	// integer arithmetic: rounding down, or a float's error, would let a
+	// copy go a little early and the rate creep over the cap.
+	whole, rest := issued/rate, issued%rate
+	hi, lo := bits.Mul64(rest, uint64(time.Second))
+	ns, rem := bits.Div64(hi, lo, rate) // hi < rate because rest < rate
+	if rem > 0 {
+		ns++
+	}
+	return t0.Add(time.Duration(whole)*time.Second + time.Duration(ns))
+}
+
+// sleepUntil waits until t and reports true, or reports false as soon as
+// ctx ends.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// issue queues k copies between the lane's two events.
+func (l *lane) issue(c *cuda.Context, n uint64, k int) error {
 	if err := l.start.Record(l.stream); err != nil {
 		return err
 	}
-	for range copiesPerRound {
+	for range k {
 		var err error
 		if l.h2d {
 			err = c.CopyToDeviceAsync(l.dev, l.host, n, l.stream)
@@ -168,8 +245,8 @@ func (l *lane) issue(c *cuda.Context, n uint64) error {
 	return l.end.Record(l.stream)
 }
 
-// finish waits for the lane's round and adds it to the lane's rate.
-func (l *lane) finish(n uint64) error {
+// finish waits for the lane's k copies and adds them to the lane's rate.
+func (l *lane) finish(n uint64, k int) error {
 	if err := l.end.Synchronize(); err != nil {
 		return err
 	}
@@ -177,8 +254,8 @@ func (l *lane) finish(n uint64) error {
 	if err != nil {
 		return err
 	}
-	l.rate.Copies += copiesPerRound
-	l.rate.Bytes += copiesPerRound * n
+	l.rate.Copies += k
+	l.rate.Bytes += uint64(k) * n
 	l.rate.GPUSeconds += float64(ms) / 1e3
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/gpuproc"
 	"github.com/gpuchaos/gpuchaos/internal/fault/kmsgxid"
 	"github.com/gpuchaos/gpuchaos/internal/fault/netfault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
@@ -26,6 +27,9 @@ type Env struct {
 	// mid-fault is recovered from it by the next. Empty refuses those
 	// mechanisms.
 	StateDir string
+	// Exec is the gpuchaos binary the exhaustion mechanisms run as child
+	// processes (burn, exhaust); empty means this process's own.
+	Exec string
 }
 
 // Injector returns the injector implementing mechanism m of fault f.
@@ -48,6 +52,11 @@ func Injector(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, 
 			return nil, fmt.Errorf("mechanism %s of %s needs a state directory for network faults on a local node", m.Name, f.ID)
 		}
 		return netfault.New(f, m.Name, filepath.Join(env.StateDir, "net"))
+	case "burn", "cuda-malloc", "cuda-memcpy":
+		if env.StateDir == "" {
+			return nil, fmt.Errorf("mechanism %s of %s needs a state directory for its processes on a local node", m.Name, f.ID)
+		}
+		return gpuproc.New(f, m, gpuproc.Options{Exec: env.Exec, StateDir: filepath.Join(env.StateDir, "proc")})
 	}
 	return nil, fmt.Errorf("mechanism %s of %s has no injector in this build", m.Name, f.ID)
 }

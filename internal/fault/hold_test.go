@@ -1,0 +1,36 @@
+package fault
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func TestHoldUntil(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+	tests := []struct {
+		name   string
+		ctx    context.Context
+		want   time.Time
+		wantOK bool
+	}{
+		{name: "absent", ctx: context.Background()},
+		{name: "set", ctx: WithHoldUntil(context.Background(), at), want: at, wantOK: true},
+		{name: "the innermost wins", ctx: WithHoldUntil(WithHoldUntil(context.Background(), at), at.Add(time.Hour)), want: at.Add(time.Hour), wantOK: true},
+		{name: "survives derived contexts", ctx: func() context.Context {
+			ctx, cancel := context.WithTimeout(WithHoldUntil(context.Background(), at), time.Minute)
+			t.Cleanup(cancel)
+			return ctx
+		}(), want: at, wantOK: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, ok := HoldUntil(tc.ctx)
+			if ok != tc.wantOK || !got.Equal(tc.want) {
+				t.Fatalf("HoldUntil = %v, %v; want %v, %v", got, ok, tc.want, tc.wantOK)
+			}
+		})
+	}
+}
