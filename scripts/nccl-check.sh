@@ -20,6 +20,8 @@ ops="all_reduce all_gather reduce_scatter broadcast all_to_all"
 size=256MiB
 common=(--min-bytes "$size" --max-bytes "$size" --warmup 5 --iters 20 --dtype bf16 --format json)
 
+# TRACE_ONLY=1 skips the bandwidth part (the table then says "no result").
+if [ -z "${TRACE_ONLY:-}" ]; then
 "$BIN" nccl --gpus 0,1 --op all "${common[@]}" >"$out/single.json" 2>"$out/single.err"
 echo "one process: exit $?" >&2
 "$BIN" nccl --rank 1 --nranks 2 --rendezvous 127.0.0.1:29611 --gpu 1 --op all "${common[@]}" >"$out/rank1.json" 2>"$out/rank1.err" &
@@ -31,6 +33,7 @@ for op in $ops; do
 		>"$out/torch-$op.json" 2>"$out/torch-$op.err"
 	echo "torch $op: exit $?" >&2
 done
+fi
 
 # The tracer on a straggler: rank 1 sleeps 20 ms before each collective.
 # RANK in each process's environment is how the tracer labels ranks, as
@@ -46,6 +49,7 @@ RANK=0 "$BIN" nccl --rank 0 --nranks 2 --rendezvous 127.0.0.1:29612 --gpu 0 --de
 wait $s1
 wait $tp
 echo "trace: exit $? (lib $lib)" >&2
+cat "$out/trace.err" >&2
 
 python3 - "$out" $ops <<'PY'
 import json, sys
@@ -78,8 +82,12 @@ for r in rows:
     print(f"{r[0]:<15} {r[1]:<14} {r[2]:<26} {r[3]:<8} {r[4]:<6} {r[5]}")
 tr = load("trace.json")
 if tr:
-    f = [x for x in tr.get("findings", []) if x.get("kind") == "straggler"]
-    print("tracer findings:", json.dumps(tr.get("findings")), "collectives:", tr.get("collectives"))
+    rep = tr.get("report", {})
+    f = [x for x in rep.get("findings") or [] if x.get("kind") == "straggler"]
+    print("tracer attached:", tr.get("attached"), "collectives:", rep.get("collectives"), "lost:", rep.get("lost"))
+    for r in rep.get("ranks") or []:
+        print(f"  rank {r.get('label') or r.get('pid')}: calls {r['calls']}, last in {r['last']}, median lag {r['median_lag_ns'] / 1e6:.2f} ms, straggler {r['straggler']}")
+    print("tracer findings:", json.dumps(rep.get("findings")))
     named = [x["rank"].get("label") or x["rank"].get("pid") for x in f]
     print("tracer: straggler named:", named, "lag ms:", [round(x.get("value_ns", 0) / 1e6, 2) for x in f])
 else:

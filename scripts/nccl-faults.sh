@@ -17,6 +17,7 @@
 #                           NCCL picked ("via P2P/…", "via SHM", "NET/Socket");
 #                           set NCCL_DEBUG= (empty) to silence it
 #   CASES="..."             override the list of cases (see below)
+#   DDP_SECONDS=15          timed seconds of each DDP step run
 # Every run is bounded by `timeout`; under nccl.socket-fallback (about 100×
 # slower) a 256 MiB all-reduce takes about 90 ms, so 25 iterations and the
 # DDP step's --max-seconds keep each run well under a minute.
@@ -105,7 +106,7 @@ while read -r label fault params; do
 	bench "$dir" gpuchaos "${under[@]}" "$BIN" nccl --gpus "$GPUS" --op all_reduce --dtype bf16 \
 		--min-bytes "$SIZE" --max-bytes "$SIZE" --warmup 5 --iters 25 --format json
 	CUDA_VISIBLE_DEVICES=$GPUS bench "$dir" ddp "${under[@]}" "$TORCHRUN" --standalone --nproc-per-node 2 \
-		"$here/ddp-step.py" --max-seconds 15
+		"$here/ddp-step.py" --max-seconds "${DDP_SECONDS:-15}"
 done <<<"$CASES"
 
 echo "== summary"
@@ -129,26 +130,24 @@ TOLERANCE = 0.15
 
 
 def last_json(path):
-    """The last line of the file that is a JSON object (torchrun and
-    libraries may print other lines), or the whole file as JSON."""
+    """The last JSON object in the file that starts a line, one-line or
+    pretty-printed: NCCL_DEBUG=INFO writes to stdout too, so its lines can
+    sit before and after the benchmark's own document."""
     try:
         text = open(path).read()
     except OSError:
         return None
-    for line in reversed(text.splitlines()):
-        line = line.strip()
+    dec, found, pos = json.JSONDecoder(), None, 0
+    for line in text.splitlines(keepends=True):
         if line.startswith("{"):
             try:
-                doc = json.loads(line)
+                doc, _ = dec.raw_decode(text, pos)
                 if isinstance(doc, dict):
-                    return doc
+                    found = doc
             except ValueError:
                 pass
-    try:
-        doc = json.loads(text)
-        return doc if isinstance(doc, dict) else None
-    except ValueError:
-        return None
+        pos += len(line)
+    return found
 
 
 def first_number(doc, keys):

@@ -37,9 +37,31 @@ type nvmlSource struct {
 	lib  nvml.Interface
 	devs []nvmlDevice
 	has  nvmlSymbols
+	// now reads the clock for the energy cadence; tests set it.
+	now func() time.Time
 
 	mu     sync.RWMutex
 	closed bool // guarded by mu
+
+	// energy[i] is GPU i's newest energy reading; see EnergyInterval.
+	energyMu sync.Mutex
+	energy   []energyReading // guarded by energyMu
+}
+
+// EnergyInterval is how often a GPU's energy counter is read; samples in
+// between repeat the last reading. Reading it (nvmlDeviceGetTotalEnergy-
+// Consumption, or its field) cost 3.9 ms of kernel CPU time per call on an
+// H200 with driver 580, a thousand times any other reading of a sample
+// (BenchmarkNVMLField, docs/results/h200-2026-11-30-b.md): read every
+// second for two GPUs it was most of the agent's CPU. A cumulative counter
+// read every ten seconds still gives rate() over any usual window.
+const EnergyInterval = 10 * time.Second
+
+// energyReading is one read of a GPU's energy counter.
+type energyReading struct {
+	mj float64
+	at time.Time
+	ok bool
 }
 
 type nvmlDevice struct {
@@ -77,7 +99,7 @@ func newNVML(lib nvml.Interface, readFile func(string) ([]byte, error)) (*nvmlSo
 		// Deliberately nothing else: not even Shutdown.
 		return nil, fmt.Errorf("%w: initialise NVML: %v", ErrUnavailable, ret)
 	}
-	s := &nvmlSource{lib: lib}
+	s := &nvmlSource{lib: lib, now: time.Now}
 	ext := lib.Extensions()
 	s.has = nvmlSymbols{
 		eventReasons:    ext.LookupSymbol(symClocksEventReasons) == nil,
@@ -92,6 +114,7 @@ func newNVML(lib nvml.Interface, readFile func(string) ([]byte, error)) (*nvmlSo
 		return nil, err
 	}
 	s.devs = devs
+	s.energy = make([]energyReading, len(devs))
 	return s, nil
 }
 
@@ -232,7 +255,7 @@ func (s *nvmlSource) Sample(ctx context.Context, index int) (Sample, error) {
 	if v, ret := h.GetTemperature(nvml.TEMPERATURE_GPU); r.ok(ret) {
 		smp.TempC = float64(v)
 	}
-	s.readFields(&r, &smp)
+	s.readFields(index, &r, &smp)
 	if v, ret := h.GetPowerUsage(); r.ok(ret) {
 		smp.PowerW = float64(v) / 1000 // mW
 	}
@@ -263,37 +286,44 @@ func (s *nvmlSource) Sample(ctx context.Context, index int) (Sample, error) {
 	return smp, nil
 }
 
-// readFields reads the scalar readings of r's GPU into smp in one
+// readFields reads the scalar readings of GPU index into smp in one
 // nvmlDeviceGetFieldValues call rather than one call each: every NVML call
-// is an ioctl into the driver, and at one sample a second per GPU the
-// agent's own CPU cost is mostly these calls. (HBM temperature has no call
-// of its own anyway.) A field the GPU does not report stays NaN.
-func (s *nvmlSource) readFields(r *reader, smp *Sample) {
-	// The row-remapping fields come last so that a driver without row
-	// remapping can leave them off.
-	const remapFields = 3
-	ids := [...]uint32{
-		nvml.FI_DEV_MEMORY_TEMP,
-		nvml.FI_DEV_TOTAL_ENERGY_CONSUMPTION,
-		nvml.FI_DEV_PCIE_REPLAY_COUNTER,
-		nvml.FI_DEV_REMAPPED_COR,
-		nvml.FI_DEV_REMAPPED_UNC,
-		nvml.FI_DEV_REMAPPED_FAILURE,
+// is an ioctl into the driver. (HBM temperature has no call of its own
+// anyway.) The energy counter is among them only every EnergyInterval. A
+// field the GPU does not report stays NaN.
+func (s *nvmlSource) readFields(index int, r *reader, smp *Sample) {
+	now := s.now()
+	s.energyMu.Lock()
+	last := s.energy[index]
+	s.energyMu.Unlock()
+	// A GPU without the counter is asked again only every interval too.
+	readEnergy := last.at.IsZero() || now.Sub(last.at) >= EnergyInterval
+	if !readEnergy && last.ok {
+		smp.EnergyMJ = last.mj
 	}
-	var fv [len(ids)]nvml.FieldValue
-	n := len(fv)
-	if !s.has.remappedRows {
+	ids := make([]uint32, 0, 6)
+	if readEnergy {
+		ids = append(ids, nvml.FI_DEV_TOTAL_ENERGY_CONSUMPTION)
+	}
+	ids = append(ids, nvml.FI_DEV_MEMORY_TEMP, nvml.FI_DEV_PCIE_REPLAY_COUNTER)
+	if s.has.remappedRows {
 		// Field ids the driver does not know would fail one by one; a
 		// driver without the row-remapping call has none of its fields.
-		n -= remapFields
+		ids = append(ids, nvml.FI_DEV_REMAPPED_COR, nvml.FI_DEV_REMAPPED_UNC, nvml.FI_DEV_REMAPPED_FAILURE)
 	}
-	for i := range n {
-		fv[i].FieldId = ids[i]
+	fv := make([]nvml.FieldValue, len(ids))
+	for i, id := range ids {
+		fv[i].FieldId = id
 	}
-	if !r.ok(r.h.GetFieldValues(fv[:n])) {
+	if !r.ok(r.h.GetFieldValues(fv)) {
 		return
 	}
-	for _, f := range fv[:n] {
+	if readEnergy {
+		s.energyMu.Lock()
+		s.energy[index] = energyReading{at: now}
+		s.energyMu.Unlock()
+	}
+	for _, f := range fv {
 		if !r.ok(nvml.Return(f.NvmlReturn)) {
 			continue
 		}
@@ -306,6 +336,9 @@ func (s *nvmlSource) readFields(r *reader, smp *Sample) {
 			smp.MemTempC = v
 		case nvml.FI_DEV_TOTAL_ENERGY_CONSUMPTION:
 			smp.EnergyMJ = v
+			s.energyMu.Lock()
+			s.energy[index] = energyReading{mj: v, at: now, ok: true}
+			s.energyMu.Unlock()
 		case nvml.FI_DEV_PCIE_REPLAY_COUNTER:
 			smp.PCIeReplays = v
 		case nvml.FI_DEV_REMAPPED_COR:

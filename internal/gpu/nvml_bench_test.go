@@ -102,3 +102,39 @@ func BenchmarkNVMLSample(b *testing.B) {
 		return nvml.SUCCESS
 	})
 }
+
+// BenchmarkNVMLField measures each field of the agent's one
+// nvmlDeviceGetFieldValues call alone, and the direct calls that read the
+// same things, to find the costly one.
+func BenchmarkNVMLField(b *testing.B) {
+	s := openRealNVML(b)
+	h := s.devs[0].h
+	fields := []struct {
+		name string
+		id   uint32
+	}{
+		{"MemoryTemp", nvml.FI_DEV_MEMORY_TEMP},
+		{"TotalEnergy", nvml.FI_DEV_TOTAL_ENERGY_CONSUMPTION},
+		{"PCIeReplay", nvml.FI_DEV_PCIE_REPLAY_COUNTER},
+		{"RemappedCor", nvml.FI_DEV_REMAPPED_COR},
+		{"RemappedUnc", nvml.FI_DEV_REMAPPED_UNC},
+		{"RemappedFailure", nvml.FI_DEV_REMAPPED_FAILURE},
+	}
+	for _, f := range fields {
+		b.Run("Field"+f.name, func(b *testing.B) {
+			cpuPerOp(b, func() nvml.Return {
+				fv := []nvml.FieldValue{{FieldId: f.id}}
+				return h.GetFieldValues(fv)
+			})
+		})
+	}
+	b.Run("CallTotalEnergy", func(b *testing.B) {
+		cpuPerOp(b, func() nvml.Return { _, r := h.GetTotalEnergyConsumption(); return r })
+	})
+	b.Run("CallRemappedRows", func(b *testing.B) {
+		cpuPerOp(b, func() nvml.Return { _, _, _, _, r := h.GetRemappedRows(); return r })
+	})
+	b.Run("CallPcieReplay", func(b *testing.B) {
+		cpuPerOp(b, func() nvml.Return { _, r := h.GetPcieReplayCounter(); return r })
+	})
+}

@@ -10,6 +10,7 @@ import (
 	"math"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -687,5 +688,46 @@ func BenchmarkNVMLSampleOnDGXH200(b *testing.B) {
 		if _, err := src.Sample(ctx, 3); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestNVMLEnergyCadence checks that the costly energy counter is read at
+// most every EnergyInterval, the samples between repeating its last value,
+// while the other fields are read every time.
+func TestNVMLEnergyCadence(t *testing.T) {
+	t.Parallel()
+	srv := newH200(t, busyGPU)
+	md := srv.Devices[0].(*server.Device)
+	var energyReads, fieldCalls int
+	fields := md.GetFieldValuesFunc
+	md.GetFieldValuesFunc = func(fv []nvml.FieldValue) nvml.Return {
+		fieldCalls++
+		for _, f := range fv {
+			if f.FieldId == nvml.FI_DEV_TOTAL_ENERGY_CONSUMPTION {
+				energyReads++
+			}
+		}
+		return fields(fv)
+	}
+	src := openMock(t, srv)
+	clock := time.Date(2026, 11, 30, 5, 0, 0, 0, time.UTC)
+	src.now = func() time.Time { return clock }
+	want := float64(busyGPU(0).energyMJ)
+	for sec := range 25 {
+		clock = clock.Add(time.Second)
+		s, err := src.Sample(context.Background(), 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.EnergyMJ != want {
+			t.Fatalf("second %d: energy %v, want the last reading %v", sec, s.EnergyMJ, want)
+		}
+		if s.MemTempC != float64(busyGPU(0).memTempC) {
+			t.Fatalf("second %d: memory temperature %v not read", sec, s.MemTempC)
+		}
+	}
+	// Seconds 1, 11 and 21 read it.
+	if energyReads != 3 || fieldCalls != 25 {
+		t.Errorf("25 samples a second apart read energy %d times in %d field calls, want 3 in 25", energyReads, fieldCalls)
 	}
 }

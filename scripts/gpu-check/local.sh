@@ -83,8 +83,4 @@ echo -e "SIGKILL mid-fault: the killed run held\t${held} MiB used, children: ${d
 echo -e "SIGKILL: left right after the kill\tchildren: ${orphans:-none}; ledger pending ${pending}\t\t(Pdeathsig; ledger keeps it)\t$([ "$pending" -ge 1 ] && echo 1 || echo 0)" >>"$out/rows.tsv"
 echo -e "SIGKILL: next run recovers\texit $rc; $(grep -ci recovered "$out/after-kill.log") recovered; ledger pending ${pending_after}; children: ${after:-none}; memory ${now} MiB\t${base} MiB before\tnone pending; none running; same\t$([ $rc = 0 ] && [ "$pending_after" = 0 ] && [ -z "$after" ] && [ "$now" = "$base" ] && echo 1 || echo 0)" >>"$out/rows.tsv"
 
-while IFS=$'\t' read -r check measured ref target ok; do
-	echo "$check: $measured"
-	row local "$check" "$measured" "$ref" "$target" "$ok"
-done <"$out/rows.tsv"
-! grep -q '	0$' "$out/rows.tsv"
+rows local "$out/rows.tsv"
