@@ -8,7 +8,6 @@ import (
 	"os"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -120,48 +119,13 @@ func spreadOf(v []float64) Spread {
 	return Spread{Min: s[0], Median: s[len(s)/2], Max: s[len(s)-1]}
 }
 
-// gpuInfo is a selected GPU.
-type gpuInfo struct {
-	index int
-	dev   cuda.Device
-	pci   string
-	name  string
-}
-
-// listGPUs returns every CUDA device in PCI bus order, so that index i
-// is nvidia-smi's GPU i whenever all GPUs are visible to CUDA.
-func listGPUs(drv *cuda.Driver) ([]gpuInfo, error) {
-	n, err := drv.DeviceCount()
-	if err != nil {
-		return nil, fmt.Errorf("count GPUs: %w", err)
-	}
-	out := make([]gpuInfo, 0, n)
-	for i := range n {
-		dev, err := drv.Device(i)
-		if err != nil {
-			return nil, err
-		}
-		pci, err := dev.PCIBusID()
-		if err != nil {
-			return nil, fmt.Errorf("device %d: %w", i, err)
-		}
-		name, err := dev.Name()
-		if err != nil {
-			return nil, fmt.Errorf("device %d: %w", i, err)
-		}
-		out = append(out, gpuInfo{dev: dev, pci: strings.ToLower(pci), name: name})
-	}
-	slices.SortFunc(out, func(a, b gpuInfo) int { return strings.Compare(a.pci, b.pci) })
-	for i := range out {
-		out[i].index = i
-	}
-	return out, nil
-}
+// gpuInfo is a selected GPU, in PCI bus order.
+type gpuInfo = cuda.BusDevice
 
 // pick returns the GPUs asked for, or all of them.
 func pick(all []gpuInfo, want []int) ([]gpuInfo, error) {
 	if len(all) == 0 {
-		return nil, errors.New("the CUDA driver sees no GPU")
+		return nil, cuda.ErrNoGPU
 	}
 	if len(want) == 0 {
 		return all, nil
@@ -197,7 +161,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("burn: %w", err)
 	}
-	all, err := listGPUs(drv)
+	all, err := drv.DevicesByBus()
 	if err != nil {
 		return Result{}, fmt.Errorf("burn: %w", err)
 	}
@@ -226,7 +190,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	errs := make([]error, len(gpus))
 	var wg sync.WaitGroup
 	for i, g := range gpus {
-		seed := mix(o.Seed, uint64(g.index))
+		seed := mix(o.Seed, uint64(g.Index))
 		wg.Go(func() {
 			w := &worker{opts: o, spec: spec, blas: blas, gpu: g, seed: seed, ready: ready}
 			results[i], errs[i] = w.run(stopCtx)
@@ -256,7 +220,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	var joined []error
 	for i, e := range errs {
 		if e != nil {
-			joined = append(joined, fmt.Errorf("gpu %d: %w", gpus[i].index, e))
+			joined = append(joined, fmt.Errorf("gpu %d: %w", gpus[i].Index, e))
 		}
 	}
 	return res, errors.Join(joined...)
@@ -321,22 +285,22 @@ func (s *sampler) sampleAll(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		ts, err := s.opts.Telemetry(ctx, g.index)
+		ts, err := s.opts.Telemetry(ctx, g.Index)
 		s.mu.Lock()
 		if err != nil {
 			s.errCount++
-			s.lastErr = fmt.Sprintf("gpu %d: %v", g.index, err)
+			s.lastErr = fmt.Sprintf("gpu %d: %v", g.Index, err)
 			s.mu.Unlock()
 			continue
 		}
-		ts.GPU = g.index
+		ts.GPU = g.Index
 		if ts.Time.IsZero() {
 			ts.Time = time.Now()
 		}
 		s.trace = append(s.trace, ts)
 		crossed := s.opts.TempCeilingC > 0 && ts.TempC >= s.opts.TempCeilingC && s.crossing == nil
 		if crossed {
-			s.crossing = &Crossing{GPU: g.index, Time: ts.Time, TempC: ts.TempC}
+			s.crossing = &Crossing{GPU: g.Index, Time: ts.Time, TempC: ts.TempC}
 		}
 		s.mu.Unlock()
 		if crossed {
@@ -373,7 +337,7 @@ func (w *worker) signalReady() {
 // run sets the GPU up and burns until ctx ends. Everything it allocates
 // is released before it returns, on every path.
 func (w *worker) run(ctx context.Context) (res GPUResult, err error) {
-	res = GPUResult{Index: w.gpu.index, CUDAOrdinal: w.gpu.dev.Ordinal, PCIBusID: w.gpu.pci, Name: w.gpu.name}
+	res = GPUResult{Index: w.gpu.Index, CUDAOrdinal: w.gpu.Device.Ordinal, PCIBusID: w.gpu.PCI, Name: w.gpu.Name}
 	defer w.signalReady()
 	defer func() {
 		if err != nil {
@@ -393,7 +357,7 @@ func (w *worker) run(ctx context.Context) (res GPUResult, err error) {
 			}
 		}
 	}()
-	c, err := w.gpu.dev.RetainPrimaryContext()
+	c, err := w.gpu.Device.RetainPrimaryContext()
 	if err != nil {
 		return res, err
 	}
@@ -633,7 +597,7 @@ func (w *worker) loop(ctx context.Context, bf *buffers, res *GPUResult) error {
 			rates = append(rates, rate)
 		}
 		if w.opts.Progress != nil {
-			w.opts.Progress(Progress{GPU: w.gpu.index, Elapsed: time.Since(began), Products: res.Products, BatchTFLOPS: rate, Mismatches: res.Mismatches})
+			w.opts.Progress(Progress{GPU: w.gpu.Index, Elapsed: time.Since(began), Products: res.Products, BatchTFLOPS: rate, Mismatches: res.Mismatches})
 		}
 		// The idle is measured against the batch's wall time, compare
 		// kernel and synchronisation included, because a utilisation

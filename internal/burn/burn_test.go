@@ -371,7 +371,7 @@ func TestSpreadAndFlops(t *testing.T) {
 
 func TestPick(t *testing.T) {
 	t.Parallel()
-	all := []gpuInfo{{index: 0, pci: "0000:18:00.0"}, {index: 1, pci: "0000:2a:00.0"}}
+	all := []gpuInfo{{Index: 0, PCI: "0000:18:00.0"}, {Index: 1, PCI: "0000:2a:00.0"}}
 	tests := []struct {
 		name    string
 		all     []gpuInfo
@@ -396,7 +396,7 @@ func TestPick(t *testing.T) {
 			}
 			var idx []int
 			for _, g := range got {
-				idx = append(idx, g.index)
+				idx = append(idx, g.Index)
 			}
 			if err != nil || !slices.Equal(idx, tc.got) {
 				t.Fatalf("pick = %v, %v; want %v", idx, err, tc.got)
@@ -424,7 +424,7 @@ func TestSamplerCeiling(t *testing.T) {
 	}
 	ctx, stop := context.WithCancelCause(context.Background())
 	defer stop(nil)
-	s := &sampler{opts: Options{TempCeilingC: 80, Telemetry: tel}, gpus: []gpuInfo{{index: 0}, {index: 1}}, stop: stop}
+	s := &sampler{opts: Options{TempCeilingC: 80, Telemetry: tel}, gpus: []gpuInfo{{Index: 0}, {Index: 1}}, stop: stop}
 	s.sampleAll(ctx)
 	if ctx.Err() != nil {
 		t.Fatal("stopped below the ceiling")

@@ -8,8 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -208,44 +206,9 @@ const (
 )
 
 // gpuInfo is a GPU in PCI bus order.
-type gpuInfo struct {
-	index int
-	dev   cuda.Device
-	pci   string
-	name  string
-}
+type gpuInfo = cuda.BusDevice
 
-func listGPUs(drv *cuda.Driver) ([]gpuInfo, error) {
-	n, err := drv.DeviceCount()
-	if err != nil {
-		return nil, fmt.Errorf("count GPUs: %w", err)
-	}
-	out := make([]gpuInfo, 0, n)
-	for i := range n {
-		dev, err := drv.Device(i)
-		if err != nil {
-			return nil, err
-		}
-		pci, err := dev.PCIBusID()
-		if err != nil {
-			return nil, fmt.Errorf("device %d: %w", i, err)
-		}
-		name, err := dev.Name()
-		if err != nil {
-			return nil, fmt.Errorf("device %d: %w", i, err)
-		}
-		out = append(out, gpuInfo{dev: dev, pci: strings.ToLower(pci), name: name})
-	}
-	slices.SortFunc(out, func(a, b gpuInfo) int { return strings.Compare(a.pci, b.pci) })
-	for i := range out {
-		out[i].index = i
-	}
-	if len(out) == 0 {
-		return nil, errors.New("the CUDA driver sees no GPU")
-	}
-	return out, nil
-}
-
+// pickGPUs returns the GPUs asked for, by index in bus order, or all.
 func pickGPUs(all []gpuInfo, want []int) ([]gpuInfo, error) {
 	if len(want) == 0 {
 		return all, nil
@@ -300,7 +263,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		r := o.DelayRank
 		res.DelayRank, res.DelaySeconds = &r, o.Delay.Seconds()
 	}
-	all, err := listGPUs(drv)
+	all, err := drv.DevicesByBus()
 	if err != nil {
 		return Result{}, fmt.Errorf("nccl benchmark: %w", err)
 	}
@@ -434,7 +397,7 @@ func onlyRank(n, rank int, rep RankReport) []RankReport {
 }
 
 func rankInfo(rank int, host string, g gpuInfo) RankInfo {
-	return RankInfo{Rank: rank, Host: host, GPU: g.index, CUDAOrdinal: g.dev.Ordinal, Name: g.name, PCIBusID: g.pci}
+	return RankInfo{Rank: rank, Host: host, GPU: g.Index, CUDAOrdinal: g.Device.Ordinal, Name: g.Name, PCIBusID: g.PCI}
 }
 
 // checkSizes refuses a sweep whose smallest size gives a rank no element.
@@ -530,7 +493,7 @@ func (w *worker) run(ctx context.Context) (rep RankReport) {
 			}
 		}
 		if err != nil {
-			rep.Error = fmt.Sprintf("gpu %d (%s): %v", w.gpu.index, w.gpu.pci, err)
+			rep.Error = fmt.Sprintf("gpu %d (%s): %v", w.gpu.Index, w.gpu.PCI, err)
 		}
 	}()
 	b, err := w.setup(&cleanup)
@@ -589,7 +552,7 @@ func watchdog(ctx context.Context, done <-chan struct{}, comm *nccl.Comm) error 
 }
 
 func (w *worker) setup(cleanup *[]func() error) (*bufs, error) {
-	c, err := w.gpu.dev.RetainPrimaryContext()
+	c, err := w.gpu.Device.RetainPrimaryContext()
 	if err != nil {
 		return nil, err
 	}

@@ -94,14 +94,10 @@ type BLAS struct {
 	Path string // the file that was loaded
 }
 
-// BLASCandidates lists the cuBLAS files OpenBLAS tries, in order: each
-// soname (newest CUDA first) through the dynamic loader's own search
-// (LD_LIBRARY_PATH, the ld.so cache), then in each LD_LIBRARY_PATH
-// directory, CUDA_HOME and CUDA_PATH, and the toolkit's usual place
-// /usr/local/cuda, which the loader's cache often lacks. getenv reads the
-// environment.
-func BLASCandidates(getenv func(string) string) []string {
-	sonames := []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so"}
+// LibraryDirs returns the directories a user points CUDA libraries at:
+// each of LD_LIBRARY_PATH, then lib64 and lib under CUDA_HOME and
+// CUDA_PATH. Callers add their library's usual places after them.
+func LibraryDirs(getenv func(string) string) []string {
 	var dirs []string
 	for _, d := range strings.Split(getenv("LD_LIBRARY_PATH"), ":") {
 		if d != "" {
@@ -113,7 +109,18 @@ func BLASCandidates(getenv func(string) string) []string {
 			dirs = append(dirs, filepath.Join(h, "lib64"), filepath.Join(h, "lib"))
 		}
 	}
-	dirs = append(dirs, "/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu")
+	return dirs
+}
+
+// BLASCandidates lists the cuBLAS files OpenBLAS tries, in order: each
+// soname (newest CUDA first) through the dynamic loader's own search
+// (LD_LIBRARY_PATH, the ld.so cache), then in each LD_LIBRARY_PATH
+// directory, CUDA_HOME and CUDA_PATH, and the toolkit's usual place
+// /usr/local/cuda, which the loader's cache often lacks. getenv reads the
+// environment.
+func BLASCandidates(getenv func(string) string) []string {
+	sonames := []string{"libcublas.so.13", "libcublas.so.12", "libcublas.so.11", "libcublas.so"}
+	dirs := append(LibraryDirs(getenv), "/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/lib/x86_64-linux-gnu")
 	out := append([]string(nil), sonames...)
 	seen := map[string]bool{}
 	for _, s := range sonames {

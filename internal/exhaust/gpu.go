@@ -2,8 +2,6 @@ package exhaust
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/gpuchaos/gpuchaos/internal/cuda"
 )
@@ -16,32 +14,12 @@ func device(index int) (cuda.Device, string, error) {
 	if err != nil {
 		return cuda.Device{}, "", err
 	}
-	n, err := drv.DeviceCount()
+	all, err := drv.DevicesByBus()
 	if err != nil {
-		return cuda.Device{}, "", fmt.Errorf("count GPUs: %w", err)
+		return cuda.Device{}, "", err
 	}
-	if n == 0 {
-		return cuda.Device{}, "", errNoGPU
+	if index >= len(all) {
+		return cuda.Device{}, "", fmt.Errorf("gpu %d: this machine has %d GPUs (0 to %d)", index, len(all), len(all)-1)
 	}
-	if index >= n {
-		return cuda.Device{}, "", fmt.Errorf("gpu %d: this machine has %d GPUs (0 to %d)", index, n, n-1)
-	}
-	type entry struct {
-		dev cuda.Device
-		pci string
-	}
-	all := make([]entry, 0, n)
-	for i := range n {
-		dev, err := drv.Device(i)
-		if err != nil {
-			return cuda.Device{}, "", err
-		}
-		pci, err := dev.PCIBusID()
-		if err != nil {
-			return cuda.Device{}, "", fmt.Errorf("device %d: %w", i, err)
-		}
-		all = append(all, entry{dev, strings.ToLower(pci)})
-	}
-	slices.SortFunc(all, func(a, b entry) int { return strings.Compare(a.pci, b.pci) })
-	return all[index].dev, all[index].pci, nil
+	return all[index].Device, all[index].PCI, nil
 }

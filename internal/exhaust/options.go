@@ -1,7 +1,6 @@
 package exhaust
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -117,6 +116,3 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	return o, nil
 }
-
-// errNoGPU is returned when the driver sees no GPU at all.
-var errNoGPU = errors.New("the CUDA driver sees no GPU")

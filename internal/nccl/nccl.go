@@ -11,6 +11,8 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+
+	"github.com/gpuchaos/gpuchaos/internal/cuda"
 )
 
 // EnvLibrary names the environment variable that, when set, is the only
@@ -193,18 +195,7 @@ func Candidates(getenv func(string) string, glob func(string) ([]string, error))
 			out = append(out, p)
 		}
 	}
-	var dirs []string
-	for _, d := range strings.Split(getenv("LD_LIBRARY_PATH"), ":") {
-		if d != "" {
-			dirs = append(dirs, d)
-		}
-	}
-	for _, v := range []string{"CUDA_HOME", "CUDA_PATH"} {
-		if h := getenv(v); h != "" {
-			dirs = append(dirs, filepath.Join(h, "lib64"), filepath.Join(h, "lib"))
-		}
-	}
-	dirs = append(dirs, "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/lib",
+	dirs := append(cuda.LibraryDirs(getenv), "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/local/lib",
 		"/usr/local/cuda/lib64", "/usr/local/cuda/targets/x86_64-linux/lib", "/usr/local/nccl/lib", "/opt/nccl/lib")
 	for _, d := range dirs {
 		add(filepath.Join(d, Soname))
