@@ -122,24 +122,6 @@ func spreadOf(v []float64) Spread {
 // gpuInfo is a selected GPU, in PCI bus order.
 type gpuInfo = cuda.BusDevice
 
-// pick returns the GPUs asked for, or all of them.
-func pick(all []gpuInfo, want []int) ([]gpuInfo, error) {
-	if len(all) == 0 {
-		return nil, cuda.ErrNoGPU
-	}
-	if len(want) == 0 {
-		return all, nil
-	}
-	out := make([]gpuInfo, 0, len(want))
-	for _, w := range want {
-		if w >= len(all) {
-			return nil, fmt.Errorf("gpu %d: this machine has %d GPUs (0 to %d)", w, len(all), len(all)-1)
-		}
-		out = append(out, all[w])
-	}
-	return out, nil
-}
-
 // Run burns the selected GPUs at once for the duration, one goroutine
 // locked to its OS thread per GPU, and returns what each measured. It
 // stops early when ctx ends or a GPU reaches the temperature ceiling
@@ -165,7 +147,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("burn: %w", err)
 	}
-	gpus, err := pick(all, o.GPUs)
+	gpus, err := cuda.Pick(all, o.GPUs)
 	if err != nil {
 		return Result{}, fmt.Errorf("burn: %w", err)
 	}

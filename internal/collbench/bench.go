@@ -208,21 +208,6 @@ const (
 // gpuInfo is a GPU in PCI bus order.
 type gpuInfo = cuda.BusDevice
 
-// pickGPUs returns the GPUs asked for, by index in bus order, or all.
-func pickGPUs(all []gpuInfo, want []int) ([]gpuInfo, error) {
-	if len(want) == 0 {
-		return all, nil
-	}
-	out := make([]gpuInfo, 0, len(want))
-	for _, w := range want {
-		if w < 0 || w >= len(all) {
-			return nil, fmt.Errorf("gpu %d: this machine has %d GPUs (0 to %d)", w, len(all), len(all)-1)
-		}
-		out = append(out, all[w])
-	}
-	return out, nil
-}
-
 // Run benchmarks the collectives and returns rank 0's view: every rank's
 // timings, the slowest rank's time per size, bandwidths and wrong-element
 // counts. In one-process mode it drives every selected GPU, one goroutine
@@ -274,7 +259,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 }
 
 func runSingle(ctx context.Context, o Options, lib *nccl.Library, all []gpuInfo, res Result) (Result, error) {
-	gpus, err := pickGPUs(all, o.GPUs)
+	gpus, err := cuda.Pick(all, o.GPUs)
 	if err != nil {
 		return Result{}, fmt.Errorf("nccl benchmark: %w", err)
 	}
@@ -315,7 +300,7 @@ func runMulti(ctx context.Context, o Options, lib *nccl.Library, all []gpuInfo, 
 	if len(want) == 0 {
 		want = []int{o.Rank % len(all)}
 	}
-	gpus, err := pickGPUs(all, want)
+	gpus, err := cuda.Pick(all, want)
 	if err != nil {
 		return Result{}, fmt.Errorf("nccl benchmark: %w", err)
 	}

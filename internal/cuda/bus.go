@@ -54,3 +54,22 @@ func (d *Driver) DevicesByBus() ([]BusDevice, error) {
 	}
 	return out, nil
 }
+
+// Pick returns the devices of all at the indexes in want, in want's
+// order, or all of them when want is empty; ErrNoGPU when there are none.
+func Pick(all []BusDevice, want []int) ([]BusDevice, error) {
+	if len(all) == 0 {
+		return nil, ErrNoGPU
+	}
+	if len(want) == 0 {
+		return all, nil
+	}
+	out := make([]BusDevice, 0, len(want))
+	for _, w := range want {
+		if w < 0 || w >= len(all) {
+			return nil, fmt.Errorf("gpu %d: this machine has %d GPUs (0 to %d)", w, len(all), len(all)-1)
+		}
+		out = append(out, all[w])
+	}
+	return out, nil
+}

@@ -1,8 +1,6 @@
 package exhaust
 
 import (
-	"fmt"
-
 	"github.com/gpuchaos/gpuchaos/internal/cuda"
 )
 
@@ -18,8 +16,9 @@ func device(index int) (cuda.Device, string, error) {
 	if err != nil {
 		return cuda.Device{}, "", err
 	}
-	if index >= len(all) {
-		return cuda.Device{}, "", fmt.Errorf("gpu %d: this machine has %d GPUs (0 to %d)", index, len(all), len(all)-1)
+	g, err := cuda.Pick(all, []int{index})
+	if err != nil {
+		return cuda.Device{}, "", err
 	}
-	return all[index].Device, all[index].PCI, nil
+	return g[0].Device, g[0].PCI, nil
 }
