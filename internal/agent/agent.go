@@ -39,6 +39,15 @@ type Options struct {
 	// Logger receives state changes (a GPU lost or back, missed ticks);
 	// nil discards them.
 	Logger *slog.Logger
+	// NUMAInterval, when positive and Source is a gpu.ProcessLister, adds
+	// the NUMA alignment of every compute process on a GPU whose node is
+	// known, judged at most this often (DefaultNUMAInterval is the
+	// command's choice): gpuchaos_numa_misaligned,
+	// gpuchaos_numa_remote_memory_ratio and gpuchaos_numa_remote_cpu_ratio
+	// {gpu,pid,comm}. Zero means off.
+	NUMAInterval time.Duration
+	// numaRoot replaces numa.SysNodeDir; for tests.
+	numaRoot string
 }
 
 // Agent samples GPUs and serves the exposition. Its methods are safe for
@@ -71,6 +80,15 @@ type Agent struct {
 	burnTFLOPs map[string]float64
 	burnErrors map[string]float64
 
+	// numaEvery is Options.NUMAInterval. numaMu serialises NUMA passes
+	// and guards numaLast, the time of the last one.
+	numaEvery time.Duration
+	numaRoot  string
+	numaMu    sync.Mutex
+	numaLast  time.Time
+	// numa is the newest NUMA pass. Guarded by mu.
+	numa numaState
+
 	running atomic.Bool
 	missed  atomic.Uint64
 }
@@ -89,6 +107,7 @@ func New(ctx context.Context, opts Options) (*Agent, error) {
 		host: opts.Hostname, version: opts.Version, log: opts.Logger,
 		xids: map[string]float64{}, injections: map[string]float64{}, active: map[string]bool{},
 		burnTFLOPs: map[string]float64{}, burnErrors: map[string]float64{},
+		numaEvery: opts.NUMAInterval, numaRoot: opts.numaRoot,
 	}
 	if a.interval == 0 {
 		a.interval = DefaultInterval
@@ -179,6 +198,7 @@ func (a *Agent) Collect(ctx context.Context) {
 	}
 	a.latest, a.present, a.sampled = samples, ok, true
 	a.mu.Unlock()
+	a.collectNUMA(ctx)
 }
 
 // MissedTicks returns how many sampling ticks Start has missed.

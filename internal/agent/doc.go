@@ -6,7 +6,10 @@
 // read it unchanged. Beside them it serves gpuchaos's own series: the
 // agent's identity, active faults, injections, XID events by code and burn
 // results, which the XID watcher, the injectors and burn feed through
-// RecordXID, SetFault, RecordInjection and RecordBurn.
+// RecordXID, SetFault, RecordInjection and RecordBurn. With
+// Options.NUMAInterval it also judges the NUMA alignment of every compute
+// process NVML lists on a GPU (internal/numa): gpuchaos_numa_misaligned,
+// gpuchaos_numa_remote_memory_ratio and gpuchaos_numa_remote_cpu_ratio.
 //
 // Only the DCGM fields NVML itself can give are exported.
 // DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL and the profiling fields

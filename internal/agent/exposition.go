@@ -83,6 +83,9 @@ func (a *Agent) exposition() []byte {
 	writeFamily(&b, "gpuchaos_xid_events_total", "counter", "XID errors seen in the kernel log, by GPU and code.", a.xids, ident)
 	writeFamily(&b, "gpuchaos_burn_tflops", "gauge", "Throughput of the last GPU burn (in TFLOP/s).", a.burnTFLOPs, ident)
 	writeFamily(&b, "gpuchaos_burn_errors_total", "counter", "Mismatches the burn's silent-data-corruption check found.", a.burnErrors, ident)
+	writeFamily(&b, "gpuchaos_numa_misaligned", "gauge", "1 when a GPU process may run on CPUs off its GPU's NUMA node or keeps most of its memory off it, else 0.", a.numa.misaligned, ident)
+	writeFamily(&b, "gpuchaos_numa_remote_memory_ratio", "gauge", "Share of a GPU process's resident memory off its GPU's NUMA node.", a.numa.remoteMemory, ident)
+	writeFamily(&b, "gpuchaos_numa_remote_cpu_ratio", "gauge", "Share of the CPUs a GPU process may run on that are off its GPU's NUMA node.", a.numa.remoteCPU, ident)
 	return b.Bytes()
 }
 

@@ -7,7 +7,7 @@ import (
 
 // pathParam names the checkpoint directory a checkpoint fault works on.
 func pathParam() Param {
-	return Param{Name: "path", Type: ParamString, Default: "", Help: "checkpoint directory; empty for the one the job declares"}
+	return Param{Name: "path", Type: ParamString, Default: "", Help: "checkpoint directory, without symlinks in it; empty for the one the job's ranks carry in GPUCHAOS_CKPT_DIR"}
 }
 
 // checkPath accepts an empty path (the job's own directory) or a clean
@@ -43,13 +43,15 @@ func checkpointFaults() []*Fault {
 			Params: []Param{
 				pathParam(),
 				{Name: "signal", Type: ParamEnum, Default: "SIGKILL", Enum: []string{"SIGKILL", "SIGTERM"}, Help: "signal to send; SIGTERM lets a well-behaved writer clean up"},
+				{Name: "timeout", Type: ParamDuration, Default: "10m", Min: "1s", Max: "24h", Help: "how long to wait for a checkpoint write before giving up (never past the experiment's end)"},
+				pidParam(),
 			},
 			// In Kubernetes the container's restart shows in the pod status.
 			Detectable: []Layer{LayerWorkload, LayerK8sAPI},
 			Mechanisms: []Mechanism{{
 				Name: "signal", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerK8sAPI},
-				Description: "Watches the checkpoint directory with fanotify and signals the process that opens a file there for " +
-					"writing once it has written some bytes, so the checkpoint is torn.",
+				Description: "Polls /proc/PID/fd and fdinfo of the job's ranks every few milliseconds and signals the rank that holds a " +
+					"file under the checkpoint directory open for writing once it has written some bytes, so the checkpoint is torn.",
 			}},
 			Signature: Signature{
 				Series:   ckptSeries(seriesJobRestartsTotal, seriesJobUp),
@@ -72,8 +74,9 @@ func checkpointFaults() []*Fault {
 			Detectable: []Layer{LayerWorkload, LayerExporterMetrics},
 			Mechanisms: []Mechanism{{
 				Name: "fallocate", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerExporterMetrics},
-				Description: "Allocates one file on the volume with fallocate(2) so that only the chosen free space is left, and deletes " +
-					"it on recovery. Filesystem metrics (node-exporter, kubelet volume stats) see the space go.",
+				Description: "Allocates one file in the checkpoint directory with fallocate(2) so that only the chosen free space is left " +
+					"(counting the blocks reserved for root, which a root writer can use), and deletes it on recovery. Filesystem " +
+					"metrics (node-exporter, kubelet volume stats) see the space go.",
 			}},
 			Signature: Signature{
 				Series:   ckptSeries("node_filesystem_avail_bytes", "kubelet_volume_stats_available_bytes"),
@@ -92,6 +95,8 @@ func checkpointFaults() []*Fault {
 			Params: []Param{
 				pathParam(),
 				{Name: "factor", Type: ParamFloat, Default: "0.1", Min: "0.001", Max: "1", Help: "multiplier of the storage bandwidth"},
+				{Name: "bandwidth", Type: ParamBytes, Default: "0", Min: "0", Unit: "bytes/s", Help: "the storage's bandwidth; 0 measures it with a 64 MiB direct write into the checkpoint directory"},
+				pidParam(),
 			},
 			// A real slow device also shows in disk latency metrics; both
 			// mechanisms throttle above the device, so the disk itself looks
@@ -101,8 +106,10 @@ func checkpointFaults() []*Fault {
 				{
 					Name: "cgroup-io", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
 					Reaches: workload(), Misses: []Layer{LayerExporterMetrics},
-					Description: "Sets io.max (cgroup v2) or blkio throttle (v1) on the job's cgroup for the volume's block device to factor " +
-						"× its measured bandwidth, and removes it on recovery. Block devices only: no effect on NFS or Lustre.",
+					Description: "Moves the job's ranks into a cgroup of ours whose io.max (v2) or blkio throttle (v1) caps reads and writes " +
+						"to the volume's block device at factor × its bandwidth, and moves them back on recovery. Block devices only: " +
+						"refused on tmpfs, overlay, NFS or Lustre. On cgroup v1, direct I/O is throttled but buffered writes flushed " +
+						"later by the kernel's writeback threads are not.",
 				},
 				{
 					Name: "fuse-latency", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
@@ -155,12 +162,13 @@ func checkpointFaults() []*Fault {
 			Params: []Param{
 				pathParam(),
 				{Name: "bytes", Type: ParamInt, Default: "64", Min: "1", Max: "1048576", Unit: "bytes", Help: "number of bytes to flip, at random offsets"},
+				{Name: "seed", Type: ParamInt, Default: "0", Min: "0", Help: "seed of the offsets; 0 derives it from the injection's key"},
 			},
 			Detectable: workload(),
 			Mechanisms: []Mechanism{{
 				Name: "byte-flip", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: workload(),
-				Description: "Inverts bytes at random offsets of the newest checkpoint file, recording each offset and original byte " +
-					"in the ledger first so that recovery puts them back.",
+				Description: "Inverts bytes at seeded random offsets of the newest checkpoint file (highest step), recording each offset " +
+					"and original byte first so that recovery puts them back and the file is restored bit for bit.",
 			}},
 			Signature: Signature{
 				Series:   []string{seriesJobRestartsTotal, seriesJobLastCheckpoint},

@@ -32,13 +32,14 @@ func numaFaults() []*Fault {
 			Summary:    "The rank's host memory bound to the NUMA node far from its GPU",
 			Scope:      ScopeRank,
 			Safety:     SafetySafe,
-			Params:     []Param{nodeParam("NUMA node to bind the memory to; -1 for the node farthest from the rank's GPU")},
+			Params:     []Param{nodeParam("NUMA node to move the memory to; -1 for the node farthest from the rank's GPU"), pidParam()},
 			Detectable: workload(),
 			Mechanisms: []Mechanism{
 				{
 					Name: "migrate-pages", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
-					Description: "Moves the running rank's pages to the remote node with migrate_pages(2), and back on recovery; " +
-						"new allocations still follow the rank's own policy.",
+					Description: "Moves every page of the running rank to the remote node with migrate_pages(2), and on recovery " +
+						"moves them to the node that held most of them before; new allocations still follow the rank's own policy. " +
+						"Refuses on a machine with one node.",
 				},
 				{
 					Name: "numactl-launch", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
@@ -59,13 +60,14 @@ func numaFaults() []*Fault {
 			Summary:    "The rank's threads pinned to CPUs of the socket far from its GPU",
 			Scope:      ScopeRank,
 			Safety:     SafetySafe,
-			Params:     []Param{nodeParam("NUMA node whose CPUs the rank is pinned to; -1 for the node farthest from the rank's GPU")},
+			Params:     []Param{nodeParam("NUMA node whose CPUs the rank is pinned to; -1 for the node farthest from the rank's GPU"), pidParam()},
 			Detectable: workload(),
 			Mechanisms: []Mechanism{
 				{
 					Name: "sched-setaffinity", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
 					Description: "Sets the CPU affinity of every thread of the rank to the remote node's CPUs with sched_setaffinity(2), " +
-						"and restores each thread's previous mask on recovery.",
+						"and restores each thread's previous mask on recovery (threads born meanwhile get the main thread's). " +
+						"Refuses on a machine with one node.",
 				},
 				{
 					Name: "numactl-launch", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
@@ -91,8 +93,9 @@ func numaFaults() []*Fault {
 			Detectable: workload(),
 			Mechanisms: []Mechanism{{
 				Name: "memory-hog", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
-				Description: "Allocates and touches fraction × the local node's free memory from threads bound to that node (mbind), " +
-					"in the agent itself as stress-ng's vm stressor would, and frees it on recovery. Node memory metrics show the hog, not the spill.",
+				Description: "Runs a gpuchaos child process that maps fraction × the local node's free memory, binds it to that node " +
+					"(mbind MPOL_BIND) and touches every page, as stress-ng's vm stressor would; recovery ends the child, which frees it. " +
+					"Node memory metrics show the hog, not the spill.",
 			}},
 			Signature: Signature{
 				Series:   series(),
@@ -113,8 +116,8 @@ func numaFaults() []*Fault {
 			Detectable: workload(),
 			Mechanisms: []Mechanism{{
 				Name: "cpu-hog", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
-				Description: "Runs busy-loop threads in the agent, each locked to its OS thread and pinned to one CPU of the local node " +
-					"(as stress-ng's cpu stressor with --taskset would), and stops them on recovery.",
+				Description: "Runs a gpuchaos child process of busy-loop threads, each locked to its OS thread and pinned to one CPU " +
+					"of the local node (as stress-ng's cpu stressor with --taskset would); recovery ends the child.",
 			}},
 			Signature: Signature{
 				Series:   series(),

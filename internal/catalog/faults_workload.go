@@ -10,6 +10,12 @@ import (
 // collective is killed after it (DESIGN.md §6).
 const watchdogDefault = 10 * time.Minute
 
+// pidParam names a rank's process directly, for a job that does not carry
+// GPUCHAOS_JOB and RANK in its environment.
+func pidParam() Param {
+	return Param{Name: "pid", Type: ParamInt, Default: "0", Min: "0", Max: "4194304", Help: "the rank's process id; 0 finds it by the target's job and rank (GPUCHAOS_JOB and RANK in its environment)"}
+}
+
 // workloadFaults are classic workload disruption aimed at training jobs:
 // ranks that die, hang or straggle, pods and nodes that go away.
 func workloadFaults() []*Fault {
@@ -32,11 +38,14 @@ func workloadFaults() []*Fault {
 			Safety:  SafetyDisruptive,
 			Params: []Param{
 				{Name: "signal", Type: ParamEnum, Default: "SIGKILL", Enum: []string{"SIGKILL", "SIGTERM", "SIGSEGV"}, Help: "signal to send; SIGSEGV mimics a crash"},
+				{Name: "group", Type: ParamBool, Default: "false", Help: "signal the process group the rank leads (its data-loader workers too); refused when the rank shares its launcher's group"},
+				pidParam(),
 			},
 			Detectable: deathLayers(),
 			Mechanisms: []Mechanism{{
 				Name: "signal", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: deathLayers(),
-				Description: "Sends the signal to the rank's process (found through its GPU in NVML or its pod). A real death: nothing to recover but the job.",
+				Description: "Sends the signal to the rank's process, found by GPUCHAOS_JOB and RANK in /proc/PID/environ or named by pid, " +
+					"and checked by its start time so a reused pid is never hit. A real death: nothing to recover but the job.",
 			}},
 			Signature: Signature{
 				Series:   []string{"DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_UTIL", seriesJobUp, seriesJobRestartsTotal},
@@ -52,12 +61,14 @@ func workloadFaults() []*Fault {
 			Safety:  SafetyDisruptive,
 			Params: []Param{
 				{Name: "watchdog", Type: ParamDuration, Default: watchdogDefault.String(), Min: "1s", Max: "24h", Help: "the job's collective watchdog timeout (PyTorch's NCCL watchdog: 10 minutes by default)"},
+				pidParam(),
 			},
 			Detectable: hangLayers(),
 			Mechanisms: []Mechanism{
 				{
 					Name: "signal", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: hangLayers(),
-					Description: "Sends SIGSTOP to the rank's process and SIGCONT on recovery; its data-loader workers keep running.",
+					Description: "Sends SIGSTOP to the rank's process (every thread stops) and SIGCONT on recovery, also from a fresh " +
+						"process after a crash; its data-loader workers keep running.",
 				},
 				{
 					Name: "cgroup-freeze", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: hangLayers(),
@@ -81,13 +92,17 @@ func workloadFaults() []*Fault {
 			Safety:  SafetySafe,
 			Params: []Param{
 				{Name: "slowdown", Type: ParamFloat, Default: "1.5", Min: "1", Max: "10", Unit: "x", Help: "multiplier of the rank's step time"},
+				{Name: "cpus", Type: ParamFloat, Default: "0", Min: "0", Max: "4096", Help: "CPUs the rank uses unthrottled; 0 measures them over window"},
+				{Name: "window", Type: ParamDuration, Default: "1s", Min: "100ms", Max: "1m", Help: "how long to measure the rank's CPU use before throttling"},
+				pidParam(),
 			},
 			Detectable: []Layer{LayerWorkload},
 			Mechanisms: []Mechanism{
 				{
 					Name: "cgroup-cpu", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: []Layer{LayerWorkload},
-					Description: "Sets cpu.max (v2) or the CFS quota (v1) on the rank's cgroup to 1/slowdown of what it uses, and " +
-						"removes it on recovery. GPU kernels already queued run at full speed, so the slowdown is approximate for GPU-bound ranks.",
+					Description: "Measures the CPUs the rank uses, moves its threads into a cgroup of ours with a CFS quota " +
+						"(cpu.max on v2) of 1/slowdown of that, and moves them back on recovery. GPU kernels already queued run " +
+						"at full speed, so the slowdown is approximate for GPU-bound ranks.",
 				},
 				{
 					Name: "duty-cycle", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: []Layer{LayerWorkload},

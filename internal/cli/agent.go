@@ -26,6 +26,7 @@ import (
 type agentFlags struct {
 	listen   string
 	interval time.Duration
+	numa     time.Duration
 	hostname string
 	twin     bool
 	twinGPUs int
@@ -75,6 +76,7 @@ Ctrl-C.`,
 	f := cmd.Flags()
 	f.StringVar(&fl.listen, "listen", ":9400", "address to serve on (dcgm-exporter's port, all interfaces like it)")
 	f.DurationVar(&fl.interval, "interval", agent.DefaultInterval, "how often to sample the GPUs")
+	f.DurationVar(&fl.numa, "numa-interval", agent.DefaultNUMAInterval, "how often to judge the NUMA alignment of every GPU process (gpuchaos_numa_*; 0: off)")
 	f.StringVar(&fl.hostname, "hostname", "", "Hostname label (default: this machine's host name)")
 	f.BoolVar(&fl.twin, "twin", false, "read a simulated node of the digital twin instead of NVML")
 	f.IntVar(&fl.twinGPUs, "twin-gpus", 2, "GPUs of the simulated node (with --twin)")
@@ -129,7 +131,7 @@ func (fl agentFlags) run(cmd *cobra.Command) error {
 	defer src.Close()
 
 	a, err := agent.New(ctx, agent.Options{
-		Source: src, SourceName: srcName, Interval: fl.interval,
+		Source: src, SourceName: srcName, Interval: fl.interval, NUMAInterval: fl.numa,
 		Hostname: fl.hostname, Version: buildVersion(), Logger: log,
 	})
 	if err != nil {

@@ -93,6 +93,7 @@ digital twin of two 8-GPU H200 nodes, no GPU or cluster needed.`,
 		newNCCLCmd(),
 		newTraceCmd(),
 		newExecCmd(),
+		newNUMAHogCmd(),
 		newWorkloadCmd(),
 	)
 	return root

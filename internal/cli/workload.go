@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
@@ -73,6 +74,15 @@ nor when it is killed.`,
 				return fmt.Errorf("workload run: %w (give --steps or --duration)", err)
 			}
 			o.Args = tr.Args()
+			if tr.CkptDir != "" {
+				// Checkpoint faults find the directory of a job's ranks
+				// here when an experiment does not name it.
+				dir, err := filepath.Abs(tr.CkptDir)
+				if err != nil {
+					return fmt.Errorf("workload run: --ckpt-dir: %w", err)
+				}
+				o.Env = append(o.Env, "GPUCHAOS_CKPT_DIR="+dir)
+			}
 			o.Output = cmd.OutOrStdout()
 			if verboseLogs {
 				o.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))

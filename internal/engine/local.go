@@ -236,7 +236,18 @@ func (t *LocalTarget) Inventory(ctx context.Context) (target.Inventory, error) {
 // mechanism writes through the target's kernel log writer; mechanisms
 // without an injector in this build say so.
 func (t *LocalTarget) Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error) {
-	return all.Injector(f, m, all.Env{Kmsg: t.opts.Writer, StateDir: t.opts.StateDir})
+	return all.Injector(f, m, all.Env{Kmsg: t.opts.Writer, StateDir: t.opts.StateDir, GPUNode: t.gpuNode})
+}
+
+// gpuNode returns the NUMA node NVML (or sysfs) reported for GPU index at
+// start, -1 when unknown.
+func (t *LocalTarget) gpuNode(_ context.Context, index int) (int, error) {
+	for _, d := range t.devs {
+		if d.Index == index {
+			return d.NUMANode, nil
+		}
+	}
+	return -1, fmt.Errorf("gpu %d is not on this node (%d GPUs)", index, len(t.devs))
 }
 
 // Probe builds a probe over the node's kernel log (a log pattern, or the

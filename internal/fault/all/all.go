@@ -3,14 +3,18 @@
 package all
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/gpuproc"
 	"github.com/gpuchaos/gpuchaos/internal/fault/kmsgxid"
 	"github.com/gpuchaos/gpuchaos/internal/fault/netfault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/numafault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/procfault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
 )
 
@@ -27,9 +31,13 @@ type Env struct {
 	// mid-fault is recovered from it by the next. Empty refuses those
 	// mechanisms.
 	StateDir string
-	// Exec is the gpuchaos binary the exhaustion mechanisms run as child
-	// processes (burn, exhaust); empty means this process's own.
+	// Exec is the gpuchaos binary the exhaustion and NUMA mechanisms run
+	// as child processes (burn, exhaust, numa-hog); empty means this
+	// process's own.
 	Exec string
+	// GPUNode returns the NUMA node of a GPU (-1 when unknown), for the
+	// NUMA mechanisms; nil means unknown for every GPU.
+	GPUNode func(ctx context.Context, gpu int) (int, error)
 }
 
 // Injector returns the injector implementing mechanism m of fault f.
@@ -52,6 +60,26 @@ func Injector(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, 
 			return nil, fmt.Errorf("mechanism %s of %s needs a state directory for network faults on a local node", m.Name, f.ID)
 		}
 		return netfault.New(f, m.Name, filepath.Join(env.StateDir, "net"))
+	case "migrate-pages", "sched-setaffinity", "memory-hog", "cpu-hog":
+		if env.StateDir == "" {
+			return nil, fmt.Errorf("mechanism %s of %s needs a state directory on a local node", m.Name, f.ID)
+		}
+		return numafault.New(f, m, numafault.Options{StateDir: filepath.Join(env.StateDir, "numa"), GPUNode: env.GPUNode, Exec: env.Exec})
+	case "signal", "cgroup-cpu":
+		if env.StateDir == "" {
+			return nil, fmt.Errorf("mechanism %s of %s needs a state directory on a local node", m.Name, f.ID)
+		}
+		switch f.ID {
+		case "workload.kill-rank", "workload.hang-rank", "workload.straggler":
+			return procfault.New(f, m, procfault.Options{StateDir: filepath.Join(env.StateDir, "rank")})
+		case "checkpoint.kill-writer":
+			return ckptfault.New(f, m, ckptfault.Options{StateDir: filepath.Join(env.StateDir, "ckpt")})
+		}
+	case "fallocate", "cgroup-io", "byte-flip":
+		if env.StateDir == "" {
+			return nil, fmt.Errorf("mechanism %s of %s needs a state directory on a local node", m.Name, f.ID)
+		}
+		return ckptfault.New(f, m, ckptfault.Options{StateDir: filepath.Join(env.StateDir, "ckpt")})
 	case "burn", "cuda-malloc", "cuda-memcpy":
 		if env.StateDir == "" {
 			return nil, fmt.Errorf("mechanism %s of %s needs a state directory for its processes on a local node", m.Name, f.ID)

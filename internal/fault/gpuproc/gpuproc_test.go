@@ -240,13 +240,16 @@ func TestInjectFailures(t *testing.T) {
 		wantErr  []string
 		wantIs   error
 		children int // fakes that must have started
+		// ready is the ready timeout; 0 means one long enough for a
+		// loaded machine, so that only "never ready" depends on it.
+		ready time.Duration
 	}{
 		{name: "exits before ready", fault: "exhaustion.sm-burn", values: smBurnValues, mode: "fail",
 			wantErr: []string{"exited before it was ready", "exit status 1", "log", "no CUDA driver found (libcuda.so.1)"}, children: 1},
 		{name: "second child fails, first is stopped", fault: "exhaustion.noisy-neighbour", values: catalog.Values{"share": 0.5, "memory": 0.5},
 			mode: "vram=fail", wantErr: []string{"exited before it was ready", "fake vram: no CUDA driver"}, children: 2},
 		{name: "never ready", fault: "exhaustion.vram", values: catalog.Values{"fraction": 0.5}, mode: "hang",
-			wantErr: []string{"not ready after 300ms"}, children: 1},
+			wantErr: []string{"not ready after 300ms"}, children: 1, ready: 300 * time.Millisecond},
 		{name: "cancelled while waiting", fault: "exhaustion.pcie", values: catalog.Values{"rate": int64(1e9)}, mode: "hang",
 			ctx: func(t *testing.T) context.Context {
 				ctx, cancel := context.WithTimeout(shortHold(), 200*time.Millisecond)
@@ -259,7 +262,11 @@ func TestInjectFailures(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r := newRig(t, tc.fault, tc.mode, func(o *Options) { o.readyTimeout = 300 * time.Millisecond })
+			ready := tc.ready
+			if ready == 0 {
+				ready = 30 * time.Second
+			}
+			r := newRig(t, tc.fault, tc.mode, func(o *Options) { o.readyTimeout = ready })
 			ctx := shortHold()
 			if tc.ctx != nil {
 				ctx = tc.ctx(t)

@@ -1,0 +1,210 @@
+package cgroup
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Mount is one line of /proc/PID/mountinfo.
+type Mount struct {
+	// Root is the directory of the filesystem mounted at Point.
+	Root, Point string
+	FSType      string
+	// SuperOptions are the per-superblock options, where a v1 cgroup
+	// mount lists its controllers.
+	SuperOptions []string
+}
+
+// ParseMountinfo parses /proc/PID/mountinfo. Each line reads
+// "ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS";
+// paths carry spaces and other odd bytes as octal escapes (\040).
+func ParseMountinfo(b []byte) ([]Mount, error) {
+	var out []Mount
+	for n, line := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		f := strings.Fields(line)
+		sep := slices.Index(f, "-")
+		if sep < 6 || len(f) < sep+4 {
+			return nil, fmt.Errorf("mountinfo line %d: want 6 fields, '-', then 3 more", n+1)
+		}
+		root, err := unescape(f[3])
+		if err != nil {
+			return nil, fmt.Errorf("mountinfo line %d: root: %w", n+1, err)
+		}
+		point, err := unescape(f[4])
+		if err != nil {
+			return nil, fmt.Errorf("mountinfo line %d: mount point: %w", n+1, err)
+		}
+		out = append(out, Mount{Root: root, Point: point, FSType: f[sep+1], SuperOptions: strings.Split(f[sep+3], ",")})
+	}
+	return out, nil
+}
+
+// unescape undoes the kernel's octal escapes of a mountinfo path.
+func unescape(s string) (string, error) {
+	if !strings.Contains(s, `\`) {
+		return s, nil
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '\\' {
+			b.WriteByte(s[i])
+			continue
+		}
+		if i+4 > len(s) {
+			return "", fmt.Errorf("escape at byte %d cut short", i)
+		}
+		v, err := strconv.ParseUint(s[i+1:i+4], 8, 8)
+		if err != nil {
+			return "", fmt.Errorf("bad escape %q", s[i:i+4])
+		}
+		b.WriteByte(byte(v))
+		i += 3
+	}
+	return b.String(), nil
+}
+
+// Version is a cgroup hierarchy's version.
+type Version int
+
+// The two cgroup versions.
+const (
+	V1 Version = 1
+	V2 Version = 2
+)
+
+// Hierarchy is where one controller lives on this machine.
+type Hierarchy struct {
+	Version    Version `json:"version"`
+	Mount      string  `json:"mount"`
+	Controller string  `json:"controller"`
+}
+
+// ErrNoController reports that no mounted hierarchy offers the controller.
+var ErrNoController = errors.New("controller not mounted")
+
+// Find returns the hierarchy serving controller (cpu, io, blkio, …) from
+// this process's mounts: the v2 hierarchy when its root lists the
+// controller in cgroup.controllers, else the v1 mount that names it.
+func Find(controller string) (Hierarchy, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return Hierarchy{}, fmt.Errorf("find the %s cgroup: %w", controller, err)
+	}
+	mounts, err := ParseMountinfo(b)
+	if err != nil {
+		return Hierarchy{}, fmt.Errorf("find the %s cgroup: %w", controller, err)
+	}
+	return choose(mounts, controller, func(dir string) ([]byte, error) {
+		return os.ReadFile(filepath.Join(dir, "cgroup.controllers"))
+	})
+}
+
+// v2Name maps a v1 controller name to its v2 name: blkio became io.
+func v2Name(controller string) string {
+	if controller == "blkio" {
+		return "io"
+	}
+	return controller
+}
+
+// choose picks the hierarchy from the mounts; controllersOf reads a v2
+// mount's cgroup.controllers.
+func choose(mounts []Mount, controller string, controllersOf func(string) ([]byte, error)) (Hierarchy, error) {
+	for _, m := range mounts {
+		if m.FSType != "cgroup2" || m.Root != "/" {
+			continue
+		}
+		b, err := controllersOf(m.Point)
+		if err != nil {
+			continue
+		}
+		if slices.Contains(strings.Fields(string(b)), v2Name(controller)) {
+			return Hierarchy{Version: V2, Mount: m.Point, Controller: v2Name(controller)}, nil
+		}
+	}
+	v1 := controller
+	if controller == "io" {
+		v1 = "blkio"
+	}
+	for _, m := range mounts {
+		if m.FSType == "cgroup" && m.Root == "/" && slices.Contains(m.SuperOptions, v1) {
+			return Hierarchy{Version: V1, Mount: m.Point, Controller: v1}, nil
+		}
+	}
+	return Hierarchy{}, fmt.Errorf("%s: %w (neither a cgroup2 mount listing it in cgroup.controllers nor a v1 mount naming it)", controller, ErrNoController)
+}
+
+// Membership is one line of /proc/PID/cgroup.
+type Membership struct {
+	// ID is the hierarchy id, 0 for v2.
+	ID int
+	// Controllers are the v1 controllers of the hierarchy; empty for v2.
+	Controllers []string
+	// Path is the group, relative to the hierarchy's root.
+	Path string
+}
+
+// ParseProcCgroup parses /proc/PID/cgroup: "ID:CONTROLLERS:PATH" lines.
+func ParseProcCgroup(b []byte) ([]Membership, error) {
+	var out []Membership
+	for n, line := range bytes.Split(b, []byte("\n")) {
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue
+		}
+		parts := strings.SplitN(string(line), ":", 3)
+		if len(parts) != 3 {
+			return nil, fmt.Errorf("cgroup line %d: want ID:CONTROLLERS:PATH", n+1)
+		}
+		id, err := strconv.Atoi(parts[0])
+		if err != nil || id < 0 {
+			return nil, fmt.Errorf("cgroup line %d: hierarchy id %q", n+1, parts[0])
+		}
+		if !strings.HasPrefix(parts[2], "/") {
+			return nil, fmt.Errorf("cgroup line %d: path %q is not absolute", n+1, parts[2])
+		}
+		m := Membership{ID: id, Path: parts[2]}
+		if parts[1] != "" {
+			m.Controllers = strings.Split(parts[1], ",")
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// PathIn returns the group of the hierarchy h among a process's
+// memberships.
+func PathIn(ms []Membership, h Hierarchy) (string, error) {
+	for _, m := range ms {
+		if h.Version == V2 && m.ID == 0 && len(m.Controllers) == 0 {
+			return m.Path, nil
+		}
+		if h.Version == V1 && slices.Contains(m.Controllers, h.Controller) {
+			return m.Path, nil
+		}
+	}
+	return "", fmt.Errorf("not a member of any %s group", h.Controller)
+}
+
+// GroupOf returns the group of thread tid of process pid in h (pass the
+// pid twice for the process as a whole); a thread that is gone is
+// os.ErrNotExist.
+func GroupOf(h Hierarchy, pid, tid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/cgroup", pid, tid))
+	if err != nil {
+		return "", err
+	}
+	ms, err := ParseProcCgroup(b)
+	if err != nil {
+		return "", fmt.Errorf("thread %d: %w", tid, err)
+	}
+	return PathIn(ms, h)
+}

@@ -1,0 +1,223 @@
+package ckptfault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+)
+
+// The faults of this package.
+const (
+	idKillWriter = "checkpoint.kill-writer"
+	idFill       = "checkpoint.fill-volume"
+	idSlow       = "checkpoint.slow-storage"
+	idCorrupt    = "checkpoint.corrupt-newest"
+)
+
+// mechanisms maps each fault to the mechanism this package implements.
+var mechanisms = map[string]string{idKillWriter: "signal", idFill: "fallocate", idSlow: "cgroup-io", idCorrupt: "byte-flip"}
+
+// EnvCheckpointDir is the variable in a rank's environment that names the
+// job's checkpoint directory when the path parameter is empty.
+const EnvCheckpointDir = "GPUCHAOS_CKPT_DIR"
+
+// Options configure New. The zero value of each field is its documented
+// default, except StateDir, which is required.
+type Options struct {
+	// StateDir holds one record per injected key. It must outlive the
+	// injecting process and be shared by every injector of this package
+	// on the node. Created, mode 0700, when missing.
+	StateDir string
+	// Logger gets one record per action; nil means none.
+	Logger *slog.Logger
+	// PollInterval is how often kill-writer looks at the ranks' open
+	// files; 0 means 2 ms, short next to the tens of milliseconds a
+	// checkpoint write takes at the least.
+	PollInterval time.Duration
+}
+
+// Injector injects one of this package's faults. It is safe for
+// concurrent use; calls with the same key are serialised.
+type Injector struct {
+	fault string
+	dir   *statedir.Dir
+	log   *slog.Logger
+	poll  time.Duration
+}
+
+// New returns the injector of mechanism m of fault f: signal for
+// checkpoint.kill-writer, fallocate for checkpoint.fill-volume, cgroup-io
+// for checkpoint.slow-storage, byte-flip for checkpoint.corrupt-newest.
+func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
+	if f == nil || m == nil {
+		return nil, errors.New("ckptfault: a fault and a mechanism are required")
+	}
+	want, ok := mechanisms[f.ID]
+	if !ok {
+		return nil, fmt.Errorf("ckptfault: fault %s is not a checkpoint fault of this package", f.ID)
+	}
+	if m.Name != want {
+		return nil, fmt.Errorf("ckptfault: mechanism %s of %s is not implemented here (%s is)", m.Name, f.ID, want)
+	}
+	if o.StateDir == "" {
+		return nil, fmt.Errorf("ckptfault: %s needs a state directory to recover after a crash", f.ID)
+	}
+	d, err := statedir.Open(o.StateDir, "ckptfault-")
+	if err != nil {
+		return nil, fmt.Errorf("ckptfault: %w", err)
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if o.PollInterval <= 0 {
+		o.PollInterval = 2 * time.Millisecond
+	}
+	return &Injector{fault: f.ID, dir: d, log: log, poll: o.PollInterval}, nil
+}
+
+// Inject applies the fault to the job's checkpoint directory, recording
+// it first. A key already recorded is a no-op. On error nothing stays
+// applied and no record remains, unless undoing failed too; the error
+// then says so and Recover retries.
+func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error {
+	what := fmt.Sprintf("inject %s on job %s", in.fault, ref.Job)
+	if key == "" {
+		return fmt.Errorf("%s: empty key", what)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	unlock := in.dir.Lock(key)
+	defer unlock()
+	if ok, err := in.dir.Exists(key); err != nil || ok {
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+	dir, err := checkpointDir(ref, v)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	st := state{Version: stateVersion, Key: key, Fault: in.fault, Dir: dir, Created: time.Now().UTC()}
+	switch in.fault {
+	case idKillWriter:
+		err = in.killWriter(ctx, key, st, ref, v)
+	case idFill:
+		err = in.fill(ctx, key, st, v)
+	case idSlow:
+		err = in.slow(ctx, key, st, ref, v)
+	case idCorrupt:
+		err = in.corrupt(ctx, key, st, v)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// Recover undoes what key's record says and removes the record: the
+// filler deleted, the ranks moved back, the flipped bytes restored;
+// nothing for kill-writer. No record is success. A checkpoint that was
+// replaced or rewritten since is left alone and reported as
+// fault.ErrTargetGone.
+func (in *Injector) Recover(ctx context.Context, key string) error {
+	if key == "" {
+		return fmt.Errorf("recover %s: empty key", in.fault)
+	}
+	unlock := in.dir.Lock(key)
+	defer unlock()
+	b, err := in.dir.Read(key)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("recover %s: %w", in.fault, err)
+	}
+	st, err := parseState(b)
+	if err != nil {
+		return fmt.Errorf("recover %s: record %s: %w", in.fault, in.dir.File(key), err)
+	}
+	if st.Key != key || st.Fault != in.fault {
+		return fmt.Errorf("recover %s: record %s holds %s key %q", in.fault, in.dir.File(key), st.Fault, st.Key)
+	}
+	var gone bool
+	switch st.Fault {
+	case idFill:
+		err = removeFiller(st.File)
+	case idSlow:
+		err = releaseAll(st.Confinements)
+	case idCorrupt:
+		gone, err = restore(st)
+	}
+	if err != nil {
+		return fmt.Errorf("recover %s in %s: %w", in.fault, st.Dir, err)
+	}
+	if err := in.dir.Remove(key); err != nil {
+		return fmt.Errorf("recover %s: %w", in.fault, err)
+	}
+	in.log.Info("recovered", "fault", in.fault, "key", key, "dir", st.Dir)
+	if gone {
+		return fmt.Errorf("recover %s: %s changed since the injection: %w", in.fault, st.File, fault.ErrTargetGone)
+	}
+	return nil
+}
+
+// checkpointDir returns the directory to act on: the path parameter, or
+// the job's GPUCHAOS_CKPT_DIR. It must be an existing directory that
+// resolves to itself, so no symlink can lead an action elsewhere, and so
+// that it reads exactly as /proc prints the files under it.
+func checkpointDir(ref target.Ref, v catalog.Values) (string, error) {
+	p := v.String("path")
+	if p == "" {
+		if ref.Job == "" {
+			return "", errors.New("no path parameter and no job to take the checkpoint directory from")
+		}
+		ranks, err := procfind.Ranks(ref.Job)
+		if err != nil {
+			return "", err
+		}
+		for _, r := range ranks {
+			env, err := procfind.ReadEnviron(r.PID)
+			if err != nil {
+				continue
+			}
+			if d, ok := env.Lookup(EnvCheckpointDir); ok && d != "" {
+				p = d
+				break
+			}
+		}
+		if p == "" {
+			return "", fmt.Errorf("no path parameter and no rank of job %s carries %s", ref.Job, EnvCheckpointDir)
+		}
+	}
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return "", fmt.Errorf("checkpoint directory %q is not a clean absolute path", p)
+	}
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", fmt.Errorf("checkpoint directory: %w", err)
+	}
+	if real != p {
+		return "", fmt.Errorf("checkpoint directory %s resolves to %s through a symlink; name the real directory", p, real)
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "", fmt.Errorf("checkpoint directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return "", fmt.Errorf("checkpoint directory %s is not a directory", p)
+	}
+	return p, nil
+}

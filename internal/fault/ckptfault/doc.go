@@ -1,0 +1,33 @@
+// Package ckptfault injects the checkpoint faults on a job running on this
+// node: checkpoint.kill-writer (mechanism signal), checkpoint.fill-volume
+// (fallocate), checkpoint.slow-storage (cgroup-io) and
+// checkpoint.corrupt-newest (byte-flip). checkpoint.storage-partition
+// belongs to the network and FUSE faults.
+//
+// The checkpoint directory is the path parameter or, when that is empty,
+// the GPUCHAOS_CKPT_DIR variable in the environment of the job's ranks
+// (found through /proc like every rank, see internal/procfind). It must
+// resolve to itself: a path with a symlink in it is refused, so that a
+// fill or a byte flip can never land outside the directory named. The
+// job's checkpoints are the files ckpt-STEP.pt in it, each written as
+// ckpt-STEP.pt.tmp and renamed.
+//
+// As in every injector here, Inject records the key's state under the
+// state directory before acting and Recover works from that record alone,
+// so a fresh process recovers what a SIGKILLed one injected:
+//
+//   - kill-writer polls /proc/PID/fd and /proc/PID/fdinfo of the job's
+//     ranks until one holds a file under the directory open for writing
+//     with bytes already written, and signals it then, mid-write. Recover
+//     has nothing to undo.
+//   - fill-volume allocates one filler file, named from the key, so that
+//     the filesystem keeps only the free bytes asked for; Recover deletes
+//     it.
+//   - slow-storage moves each rank into a blkio (v1) or io (v2) cgroup of
+//     ours that caps reads and writes to the directory's block device;
+//     Recover moves them back. Filesystems without a block device (tmpfs,
+//     overlay, NFS, FUSE) are refused.
+//   - corrupt-newest inverts bytes at seeded random offsets of the newest
+//     checkpoint, recording each offset and original byte first; Recover
+//     writes them back, so the file is restored bit for bit.
+package ckptfault

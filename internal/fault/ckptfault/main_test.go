@@ -1,0 +1,259 @@
+package ckptfault
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+)
+
+// The test binary plays more parts when re-executed, chosen by roleEnv:
+// a rank that writes checkpoints slowly ("writer"), a rank that writes
+// with O_DIRECT as fast as it may and counts the bytes ("direct"), a rank
+// that writes nothing ("idle"), and a process that injects one fault,
+// says "injected" and waits to be SIGKILLed ("injector").
+const (
+	roleEnv  = "CKPTFAULT_TEST_ROLE"
+	dirEnv   = "CKPTFAULT_TEST_DIR"
+	countEnv = "CKPTFAULT_TEST_COUNT"
+
+	helperFaultEnv = "CKPTFAULT_HELPER_FAULT"
+	helperStateEnv = "CKPTFAULT_HELPER_STATE"
+	helperKeyEnv   = "CKPTFAULT_HELPER_KEY"
+	helperJobEnv   = "CKPTFAULT_HELPER_JOB"
+)
+
+// A writer's checkpoint is chunks × chunkSize bytes, written a chunk at a
+// time with a pause between, so a write lasts about 100 ms.
+const (
+	chunks    = 32
+	chunkSize = 4096
+)
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(roleEnv) {
+	case "writer":
+		os.Exit(writer(os.Getenv(dirEnv)))
+	case "direct":
+		os.Exit(directWriter(os.Getenv(dirEnv), os.Getenv(countEnv)))
+	case "idle":
+		time.Sleep(time.Minute)
+		os.Exit(0)
+	case "injector":
+		os.Exit(injectorHelper())
+	}
+	os.Exit(m.Run())
+}
+
+// writer writes ckpt-STEP.pt as the reference workload does: to
+// ckpt-STEP.pt.tmp, synced, then renamed.
+func writer(dir string) int {
+	chunk := make([]byte, chunkSize)
+	for step := 1; ; step++ {
+		final := filepath.Join(dir, fmt.Sprintf("ckpt-%d.pt", step))
+		f, err := os.Create(final + ".tmp")
+		if err != nil {
+			return 1
+		}
+		for i := range chunks {
+			chunk[0] = byte(i)
+			if _, err := f.Write(chunk); err != nil {
+				return 1
+			}
+			time.Sleep(3 * time.Millisecond)
+		}
+		if f.Sync() != nil || f.Close() != nil || os.Rename(final+".tmp", final) != nil {
+			return 1
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// directWriter writes 256 KiB blocks with O_DIRECT over a 16 MiB file,
+// round and round, and keeps the bytes written in count.
+func directWriter(dir, count string) int {
+	fd, err := unix.Open(filepath.Join(dir, "direct.bin"), unix.O_WRONLY|unix.O_CREAT|unix.O_DIRECT, 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "direct:", err)
+		return 1
+	}
+	const block = 256 << 10
+	buf, err := unix.Mmap(-1, 0, block, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	if err != nil {
+		return 1
+	}
+	c, err := os.OpenFile(count, os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return 1
+	}
+	var total int64
+	for {
+		if _, err := unix.Pwrite(fd, buf, total%(16<<20)); err != nil {
+			fmt.Fprintln(os.Stderr, "direct:", err)
+			return 1
+		}
+		total += block
+		if _, err := c.WriteAt(fmt.Appendf(nil, "%20d\n", total), 0); err != nil {
+			return 1
+		}
+	}
+}
+
+// proc is a process the test started.
+type proc struct {
+	cmd  *exec.Cmd
+	p    procfind.Proc
+	done chan error
+}
+
+// start runs the test binary in role as rank 0 of job, writing to dir.
+func start(t *testing.T, role, job, dir string, extra ...string) *proc {
+	t.Helper()
+	pr := &proc{done: make(chan error, 1)}
+	pr.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	pr.cmd.Env = append(os.Environ(), append([]string{roleEnv + "=" + role, dirEnv + "=" + dir,
+		procfind.EnvJob + "=" + job, "RANK=0", "LOCAL_RANK=0", "WORLD_SIZE=1"}, extra...)...)
+	if err := pr.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { pr.done <- pr.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = pr.cmd.Process.Kill()
+		err := <-pr.done
+		pr.done <- err
+	})
+	var err error
+	if pr.p, err = procfind.Identify(pr.cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	return pr
+}
+
+// wait returns the process's end, or fails after d.
+func (pr *proc) wait(t *testing.T, d time.Duration) syscall.WaitStatus {
+	t.Helper()
+	select {
+	case err := <-pr.done:
+		pr.done <- err
+	case <-time.After(d):
+		t.Fatalf("pid %d still runs after %s", pr.p.PID, d)
+	}
+	return pr.cmd.ProcessState.Sys().(syscall.WaitStatus)
+}
+
+func newInjector(t *testing.T, id, stateDir string) *Injector {
+	t.Helper()
+	f, ok := catalog.Lookup(id)
+	if !ok {
+		t.Fatalf("no fault %s", id)
+	}
+	if stateDir == "" {
+		stateDir = t.TempDir()
+	}
+	in, err := New(f, f.Mechanism(mechanisms[id]), Options{StateDir: stateDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+func values(t *testing.T, id string, raw map[string]string) catalog.Values {
+	t.Helper()
+	f, _ := catalog.Lookup(id)
+	v, err := f.Resolve(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// realTempDir is a fresh directory named as the kernel prints it.
+func realTempDir(t *testing.T) string {
+	t.Helper()
+	d, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func jobName(t *testing.T) string {
+	return fmt.Sprintf("ckptfault-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
+}
+
+func jobRef(job string) target.Ref { return target.Ref{Kind: catalog.ScopeJob, Job: job} }
+
+// injectorHelper injects helperFaultEnv on helperJobEnv's checkpoint
+// directory (dirEnv), prints "injected", and waits to be killed.
+func injectorHelper() int {
+	id := os.Getenv(helperFaultEnv)
+	f, _ := catalog.Lookup(id)
+	in, err := New(f, f.Mechanism(mechanisms[id]), Options{StateDir: os.Getenv(helperStateEnv)})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	raw := map[string]string{"path": os.Getenv(dirEnv)}
+	if id == idFill {
+		raw["free"] = "4MiB"
+	}
+	v, err := f.Resolve(raw)
+	if err == nil {
+		err = in.Inject(context.Background(), os.Getenv(helperKeyEnv), jobRef(os.Getenv(helperJobEnv)), v)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	fmt.Println("injected")
+	time.Sleep(time.Minute)
+	return 0
+}
+
+// runHelper starts the injector helper and returns once it has injected.
+func runHelper(t *testing.T, id, stateDir, key, dir string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"=injector", helperFaultEnv+"="+id, helperStateEnv+"="+stateDir,
+		helperKeyEnv+"="+key, dirEnv+"="+dir, helperJobEnv+"="+jobName(t))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "injected" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("helper said %q, %v", line, err)
+	}
+	return cmd
+}
+
+// mountTmpfs mounts a tmpfs of size bytes on a fresh directory, or skips
+// the test when this machine does not let it.
+func mountTmpfs(t *testing.T, size int64) string {
+	t.Helper()
+	dir := realTempDir(t)
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+strconv.FormatInt(size, 10)); err != nil {
+		t.Skipf("cannot mount a tmpfs here (root and CAP_SYS_ADMIN needed): %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	return dir
+}

@@ -1,0 +1,116 @@
+package ckptfault
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/cgroup"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
+)
+
+// stateVersion is the layout of state; a reader refuses others.
+const stateVersion = 1
+
+// state is what Inject records for one key before it acts.
+type state struct {
+	Version int       `json:"version"`
+	Key     string    `json:"key"`
+	Fault   string    `json:"fault"`
+	Dir     string    `json:"dir"`
+	Created time.Time `json:"created"`
+
+	// kill-writer: the process signalled and the file it was writing
+	// (empty while still watching).
+	Killed *procfind.Proc `json:"killed,omitempty"`
+	File   string         `json:"file,omitempty"`
+	Pos    int64          `json:"pos,omitempty"`
+	Signal string         `json:"signal,omitempty"`
+
+	// fill-volume: the filler (File) and the free bytes asked for.
+	Free int64 `json:"free,omitempty"`
+
+	// slow-storage: the device, the cap and the ranks confined.
+	Device       string                `json:"device,omitempty"`
+	BPS          int64                 `json:"bps,omitempty"`
+	Confinements []*cgroup.Confinement `json:"confinements,omitempty"`
+
+	// corrupt-newest: the checkpoint (File), its inode and size, and
+	// every inverted offset with the byte it held.
+	Inode    uint64  `json:"inode,omitempty"`
+	Size     int64   `json:"size,omitempty"`
+	Offsets  []int64 `json:"offsets,omitempty"`
+	Original []byte  `json:"original,omitempty"`
+}
+
+// parseState decodes a record and checks what Recover relies on: files
+// inside the directory, confinements of ours, offsets inside the file.
+func parseState(b []byte) (state, error) {
+	var st state
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&st); err != nil {
+		return state{}, fmt.Errorf("decode: %w", err)
+	}
+	if dec.More() {
+		return state{}, errors.New("decode: data after the record")
+	}
+	if st.Version != stateVersion {
+		return state{}, fmt.Errorf("version %d: this build reads version %d", st.Version, stateVersion)
+	}
+	if st.Key == "" {
+		return state{}, errors.New("no key")
+	}
+	if !filepath.IsAbs(st.Dir) || filepath.Clean(st.Dir) != st.Dir {
+		return state{}, fmt.Errorf("directory %q is not a clean absolute path", st.Dir)
+	}
+	inDir := func(f string) error {
+		if filepath.Dir(f) != st.Dir || filepath.Clean(f) != f {
+			return fmt.Errorf("file %q is not directly in %s", f, st.Dir)
+		}
+		return nil
+	}
+	switch st.Fault {
+	case idKillWriter:
+		if st.Killed != nil && !st.Killed.Valid() {
+			return state{}, fmt.Errorf("process %+v", *st.Killed)
+		}
+	case idFill:
+		if err := inDir(st.File); err != nil {
+			return state{}, err
+		}
+		if !strings.HasPrefix(filepath.Base(st.File), fillerPrefix) {
+			return state{}, fmt.Errorf("file %q is not a filler of ours", st.File)
+		}
+	case idSlow:
+		for _, c := range st.Confinements {
+			if c == nil {
+				return state{}, errors.New("empty confinement")
+			}
+			if err := c.Validate(); err != nil {
+				return state{}, fmt.Errorf("confinement: %w", err)
+			}
+		}
+	case idCorrupt:
+		if err := inDir(st.File); err != nil {
+			return state{}, err
+		}
+		if len(st.Offsets) != len(st.Original) {
+			return state{}, fmt.Errorf("%d offsets but %d original bytes", len(st.Offsets), len(st.Original))
+		}
+		seen := make(map[int64]bool, len(st.Offsets))
+		for _, o := range st.Offsets {
+			if o < 0 || o >= st.Size || seen[o] {
+				return state{}, fmt.Errorf("offset %d outside a file of %d bytes, or repeated", o, st.Size)
+			}
+			seen[o] = true
+		}
+	default:
+		return state{}, fmt.Errorf("fault %q is not this package's", st.Fault)
+	}
+	return st, nil
+}

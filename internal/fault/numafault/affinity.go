@@ -1,0 +1,153 @@
+package numafault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/numa"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+)
+
+// affinityPasses bounds how often injectAffinity lists the rank's threads
+// again to catch threads started while it worked: a thread started after a
+// pass began inherits its creator's mask, which a pass has set or will.
+const affinityPasses = 4
+
+// injectAffinity pins every thread of the rank to the remote node's CPUs,
+// recording each thread's mask in the state file before changing it.
+func (in *Injector) injectAffinity(ctx context.Context, path string, st state, topo numa.Topology, ref target.Ref, v catalog.Values) error {
+	to, err := remoteNode(topo, st.GPUNode, v.Int("node"), numa.HasCPUs, "CPUs")
+	if err != nil {
+		return err
+	}
+	n, _ := topo.Node(to)
+	set, err := numa.SetOf(n.CPUs)
+	if err != nil {
+		return err
+	}
+	pid, err := rankPID(ref, v)
+	if err != nil {
+		return err
+	}
+	id, err := identify(pid)
+	if err != nil {
+		return err
+	}
+	st.Target, st.ToNode = &id, to
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := writeState(path, st); err != nil {
+		return err
+	}
+	fail := func(cause error) error {
+		if err := in.restoreAffinity(st); err != nil {
+			return errors.Join(cause, fmt.Errorf("restore (Recover retries): %w", err))
+		}
+		return errors.Join(cause, removeState(path))
+	}
+	done := map[int]bool{}
+	for pass := 0; pass < affinityPasses; pass++ {
+		tids, err := numa.Threads(pid)
+		if err != nil {
+			return fail(err)
+		}
+		var fresh []threadMask
+		for _, tid := range tids {
+			if done[tid] {
+				continue
+			}
+			cpus, err := numa.ThreadAffinity(tid)
+			if errors.Is(err, unix.ESRCH) {
+				continue
+			}
+			if err != nil {
+				return fail(err)
+			}
+			ts, err := readStat(pid, tid)
+			if errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return fail(err)
+			}
+			fresh = append(fresh, threadMask{TID: tid, StartTicks: ts.StartTicks, CPUs: numa.FormatCPUList(cpus)})
+		}
+		if len(fresh) == 0 {
+			break
+		}
+		// Recorded before any of them changes.
+		st.Threads = append(st.Threads, fresh...)
+		if err := writeState(path, st); err != nil {
+			return fail(err)
+		}
+		for _, th := range fresh {
+			done[th.TID] = true
+			if err := unix.SchedSetaffinity(th.TID, &set); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fail(fmt.Errorf("set cpu affinity of thread %d of pid %d to node %d (cpus %s): %w", th.TID, pid, to, numa.FormatCPUList(n.CPUs), err))
+			}
+		}
+	}
+	in.logf("numafault: %s: pinned %d threads of pid %d to node %d (cpus %s)", st.Key, len(st.Threads), pid, to, numa.FormatCPUList(n.CPUs))
+	return nil
+}
+
+// restoreAffinity gives every recorded thread that still runs its own
+// mask back. Threads born during the fault inherited the remote mask and
+// are not in the state file; they get the mask the rank's main thread had.
+func (in *Injector) restoreAffinity(st state) error {
+	ok, err := alive(*st.Target)
+	if err != nil || !ok {
+		return err
+	}
+	pid := st.Target.PID
+	recorded := map[int]bool{}
+	var mainMask *unix.CPUSet
+	var errs []error
+	for _, th := range st.Threads {
+		recorded[th.TID] = true
+		cpus, err := numa.ParseCPUList(th.CPUs)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("thread %d: %w", th.TID, err))
+			continue
+		}
+		set, err := numa.SetOf(cpus)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("thread %d: %w", th.TID, err))
+			continue
+		}
+		if th.TID == pid {
+			mainMask = &set
+		}
+		if !threadAlive(pid, th) {
+			continue
+		}
+		if err := unix.SchedSetaffinity(th.TID, &set); err != nil && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, fmt.Errorf("restore cpu affinity of thread %d: %w", th.TID, err))
+		}
+	}
+	if mainMask != nil {
+		tids, err := numa.Threads(pid)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+		for _, tid := range tids {
+			if recorded[tid] {
+				continue
+			}
+			if err := unix.SchedSetaffinity(tid, mainMask); err != nil && !errors.Is(err, unix.ESRCH) {
+				errs = append(errs, fmt.Errorf("restore cpu affinity of new thread %d: %w", tid, err))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("pid %d: %w", pid, err)
+	}
+	in.logf("numafault: %s: restored the cpu affinity of pid %d", st.Key, pid)
+	return nil
+}

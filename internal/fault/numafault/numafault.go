@@ -1,0 +1,298 @@
+package numafault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/numa"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+)
+
+// Mechanism names of the catalogue this package implements, by fault.
+var mechanisms = map[string]string{
+	"numa.remote-memory":   "migrate-pages",
+	"numa.wrong-affinity":  "sched-setaffinity",
+	"numa.memory-pressure": "memory-hog",
+	"numa.cpu-saturation":  "cpu-hog",
+}
+
+// Defaults of the hog children's lifetime and stopping.
+const (
+	// DefaultHold is how long a hog runs when the context carries no
+	// fault.HoldUntil time.
+	DefaultHold = time.Hour
+	// HoldMargin is added to the fault.HoldUntil time so the engine's
+	// recovery finds the hog still running rather than racing its end.
+	HoldMargin = time.Minute
+	// ReadyTimeout bounds how long Inject waits for a hog to hold its
+	// memory or CPUs; touching a node's worth of memory takes seconds.
+	ReadyTimeout = 2 * time.Minute
+	// TermGrace is how long a hog has after SIGTERM before SIGKILL.
+	TermGrace    = 5 * time.Second
+	pollInterval = 20 * time.Millisecond
+)
+
+// Options configure New. The zero value of each field is its documented
+// default, except StateDir, which is required.
+type Options struct {
+	// StateDir holds the state file of each injected key (KEY.json) and
+	// the hogs' output (KEY.log). It must outlive the injecting process;
+	// it is created, mode 0700, when missing. Required.
+	StateDir string
+	// GPUNode returns the NUMA node of GPU gpu (internal/gpu's
+	// Device.NUMANode), -1 when unknown. Nil, or -1, means the GPU's node
+	// is unknown: the injectors then use node 0 on a machine with one
+	// node and refuse on a machine with more.
+	GPUNode func(ctx context.Context, gpu int) (int, error)
+	// SysNodeDir is the node tree to read the topology from; "" means
+	// numa.SysNodeDir.
+	SysNodeDir string
+	// Exec is the gpuchaos binary the hogs run; "" means this process's
+	// own executable. ExecArgs come before the hog's flags; nil means
+	// []string{HogCommand}, the hidden command that calls RunHog.
+	Exec     string
+	ExecArgs []string
+	// Log, when set, gets one line per change made or undone; nil means
+	// none. Writes are serialised.
+	Log io.Writer
+
+	// The seams below are for this package's tests.
+
+	// maxHogBytes caps memory-pressure's allocation when set, so a test
+	// can take a few megabytes of a shared machine.
+	maxHogBytes uint64
+	// noPdeathsig starts hogs without Pdeathsig, so a test can leave an
+	// orphan behind and recover it from the state file alone.
+	noPdeathsig bool
+	// env is added to the hogs' environment.
+	env []string
+	// termGrace replaces TermGrace when set.
+	termGrace time.Duration
+}
+
+// New returns the injector for mechanism m of fault f: migrate-pages for
+// numa.remote-memory, sched-setaffinity for numa.wrong-affinity,
+// memory-hog for numa.memory-pressure, cpu-hog for numa.cpu-saturation.
+func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (fault.Injector, error) {
+	if f == nil || m == nil {
+		return nil, errors.New("numafault: a fault and a mechanism are required")
+	}
+	want, ok := mechanisms[f.ID]
+	if !ok {
+		return nil, fmt.Errorf("numafault: fault %s is not a numa fault", f.ID)
+	}
+	if m.Name != want {
+		return nil, fmt.Errorf("numafault: mechanism %s of %s is not implemented here (%s is)", m.Name, f.ID, want)
+	}
+	if o.StateDir == "" {
+		return nil, fmt.Errorf("numafault: %s needs a state directory", f.ID)
+	}
+	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("numafault: state directory: %w", err)
+	}
+	if o.termGrace == 0 {
+		o.termGrace = TermGrace
+	}
+	in := &Injector{fault: f.ID, opts: o, locks: map[string]*sync.Mutex{}, ours: map[int]*child{}}
+	if f.ID == "numa.memory-pressure" || f.ID == "numa.cpu-saturation" {
+		if o.Exec == "" {
+			exe, err := os.Executable()
+			if err != nil {
+				return nil, fmt.Errorf("numafault: find the gpuchaos binary: %w", err)
+			}
+			in.opts.Exec = exe
+		}
+		if o.ExecArgs == nil {
+			in.opts.ExecArgs = []string{HogCommand}
+		}
+	}
+	return in, nil
+}
+
+// Injector is one NUMA fault's injector. It is safe for concurrent use;
+// calls with the same key are serialised.
+type Injector struct {
+	fault string
+	opts  Options
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+	// ours are the hogs this instance started and has not reaped, by pid.
+	ours  map[int]*child
+	logMu sync.Mutex
+}
+
+// Inject applies the fault to the rank or GPU ref names. Injecting a key
+// that has a state file is a no-op. On error nothing stays changed and no
+// state file remains, unless undoing failed too; the error then says so
+// and Recover retries.
+func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error {
+	if key == "" {
+		return fmt.Errorf("inject %s: empty key", in.fault)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("inject %s on gpu %d: %w", in.fault, ref.GPU, err)
+	}
+	unlock := in.lock(key)
+	defer unlock()
+	path := in.statePath(key)
+	switch _, err := os.Stat(path); {
+	case err == nil:
+		return nil
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("inject %s on gpu %d: %w", in.fault, ref.GPU, err)
+	}
+	topo, gpuNode, err := in.placement(ctx, ref.GPU)
+	if err != nil {
+		return fmt.Errorf("inject %s on gpu %d: %w", in.fault, ref.GPU, err)
+	}
+	st := state{Version: stateVersion, Key: key, Fault: in.fault, GPU: ref.GPU, GPUNode: gpuNode, Created: time.Now().UTC()}
+	switch in.fault {
+	case "numa.remote-memory":
+		err = in.injectPages(ctx, path, st, topo, ref, v)
+	case "numa.wrong-affinity":
+		err = in.injectAffinity(ctx, path, st, topo, ref, v)
+	default:
+		err = in.injectHog(ctx, path, st, topo, v)
+	}
+	if err != nil {
+		return fmt.Errorf("inject %s on gpu %d: %w", in.fault, ref.GPU, err)
+	}
+	return nil
+}
+
+// Recover undoes what the key's state file records and removes it. It
+// works from the state file alone, so a fresh injector in a fresh process
+// recovers what a crashed one did. No state file, or a target that has
+// exited, is success; a reused pid is never touched.
+func (in *Injector) Recover(ctx context.Context, key string) error {
+	if key == "" {
+		return fmt.Errorf("recover %s: empty key", in.fault)
+	}
+	unlock := in.lock(key)
+	defer unlock()
+	path := in.statePath(key)
+	st, err := readState(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("recover %s: %w", in.fault, err)
+	}
+	switch {
+	case st.Child != nil:
+		err = in.stopHog(ctx, *st.Child)
+	case st.Target != nil && st.Fault == "numa.wrong-affinity":
+		err = in.restoreAffinity(st)
+	case st.Target != nil:
+		err = in.migrateBack(st)
+	}
+	if err != nil {
+		return fmt.Errorf("recover %s on gpu %d: %w", in.fault, st.GPU, err)
+	}
+	if err := removeState(path); err != nil {
+		return fmt.Errorf("recover %s on gpu %d: %w", in.fault, st.GPU, err)
+	}
+	return nil
+}
+
+// placement reads the topology and the GPU's node. An unknown GPU node is
+// node 0 on a one-node machine, where nothing else is possible, and an
+// error on a machine with more.
+func (in *Injector) placement(ctx context.Context, gpu int) (numa.Topology, int, error) {
+	topo, err := numa.ReadTopology(in.opts.SysNodeDir)
+	if err != nil {
+		return numa.Topology{}, -1, err
+	}
+	node := -1
+	if in.opts.GPUNode != nil {
+		if node, err = in.opts.GPUNode(ctx, gpu); err != nil {
+			return numa.Topology{}, -1, fmt.Errorf("numa node of gpu %d: %w", gpu, err)
+		}
+	}
+	if node < 0 {
+		if len(topo.Nodes) != 1 {
+			return numa.Topology{}, -1, fmt.Errorf("numa node of gpu %d is unknown on a machine with %d nodes", gpu, len(topo.Nodes))
+		}
+		node = topo.Nodes[0].ID
+	}
+	if _, ok := topo.Node(node); !ok {
+		return numa.Topology{}, -1, fmt.Errorf("gpu %d is on numa node %d, which is not online (online: %s)", gpu, node, numa.FormatCPUList(topo.IDs()))
+	}
+	return topo, node, nil
+}
+
+// remoteNode picks the node a rank's pages or threads go to: the node
+// parameter when set (it must qualify and not be the GPU's own), else the
+// qualifying node farthest from the GPU's. A machine with fewer than two
+// qualifying nodes is refused with the count.
+func remoteNode(topo numa.Topology, gpuNode int, param int64, keep func(numa.Node) bool, what string) (int, error) {
+	var ok []int
+	for _, n := range topo.Nodes {
+		if keep(n) {
+			ok = append(ok, n.ID)
+		}
+	}
+	if len(ok) < 2 {
+		return -1, fmt.Errorf("needs two NUMA nodes with %s; this machine has %d (node %s)", what, len(ok), numa.FormatCPUList(ok))
+	}
+	if param < 0 {
+		return topo.Farthest(gpuNode, keep)
+	}
+	n, found := topo.Node(int(param))
+	switch {
+	case !found:
+		return -1, fmt.Errorf("node %d is not online (online: %s)", param, numa.FormatCPUList(topo.IDs()))
+	case !keep(n):
+		return -1, fmt.Errorf("node %d has no %s", param, what)
+	case n.ID == gpuNode:
+		return -1, fmt.Errorf("node %d is the gpu's own node, which is no fault", param)
+	}
+	return n.ID, nil
+}
+
+// rankPID returns the rank's pid: the pid parameter, or the process whose
+// environment names the target's job and rank.
+func rankPID(ref target.Ref, v catalog.Values) (int, error) {
+	if pid := v.Int("pid"); pid > 0 {
+		if pid == int64(os.Getpid()) {
+			return 0, errors.New("pid is gpuchaos itself")
+		}
+		return int(pid), nil
+	}
+	return findRank(ref.Job, ref.Rank)
+}
+
+// lock serialises calls for one key and returns the unlock.
+func (in *Injector) lock(key string) func() {
+	in.mu.Lock()
+	l, ok := in.locks[key]
+	if !ok {
+		l = &sync.Mutex{}
+		in.locks[key] = l
+	}
+	in.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+func (in *Injector) statePath(key string) string {
+	return filepath.Join(in.opts.StateDir, fileStem(key)+".json")
+}
+
+func (in *Injector) logf(format string, args ...any) {
+	if in.opts.Log == nil {
+		return
+	}
+	in.logMu.Lock()
+	defer in.logMu.Unlock()
+	fmt.Fprintf(in.opts.Log, format+"\n", args...)
+}

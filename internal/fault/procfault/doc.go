@@ -1,0 +1,28 @@
+// Package procfault injects the workload faults on ranks of a training job
+// running on this node: workload.kill-rank and workload.hang-rank
+// (mechanism signal) and workload.straggler (mechanism cgroup-cpu).
+//
+// A rank is found by scanning /proc/*/environ for GPUCHAOS_JOB and RANK
+// (target.Ref's Job and Rank), or named directly by the pid parameter for
+// a job gpuchaos did not launch. It is always held as a pid together with
+// its start time in /proc/PID/stat, so that a pid the kernel has since
+// given to another process is never signalled or moved.
+//
+// Before it acts, Inject records the key's state under the state directory
+// (internal/fault/statedir); Recover reads only that record, so a fresh
+// injector in a fresh process recovers what a SIGKILLed one injected:
+//
+//   - kill-rank sends its signal to the rank (or, with group, to the
+//     process group the rank leads, its data-loader workers included).
+//     Recover has nothing to undo: restarting a killed rank is its
+//     supervisor's job. The record says what was killed until Recover.
+//   - hang-rank sends SIGSTOP, which stops every thread of the rank;
+//     Recover sends SIGCONT.
+//   - straggler measures the CPU the rank uses over a short window (or
+//     takes the cpus parameter), creates a cpu cgroup of its own (see
+//     internal/cgroup), gives it a CFS quota of that CPU divided by the
+//     slowdown, and moves the rank's threads in. A rank that was
+//     CPU-bound on k CPUs gets k/slowdown, so its steps take slowdown
+//     times as long. Recover moves the threads back to the groups they
+//     came from and removes ours.
+package procfault

@@ -1,0 +1,241 @@
+package procfault
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+)
+
+// The test binary plays two more parts when re-executed, chosen by
+// roleEnv: a fake rank ("rank") that burns one CPU counting steps and
+// writes the count to stepsEnv's file, and an injecting process
+// ("injector") that injects one fault, says "injected" and waits to be
+// SIGKILLed.
+const (
+	roleEnv  = "PROCFAULT_TEST_ROLE"
+	stepsEnv = "PROCFAULT_TEST_STEPS"
+	// Environment of the injector helper.
+	helperFaultEnv = "PROCFAULT_HELPER_FAULT"
+	helperStateEnv = "PROCFAULT_HELPER_STATE"
+	helperKeyEnv   = "PROCFAULT_HELPER_KEY"
+	helperPIDEnv   = "PROCFAULT_HELPER_PID"
+)
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(roleEnv) {
+	case "rank":
+		fakeRank(os.Getenv(stepsEnv))
+	case "injector":
+		os.Exit(injectorHelper())
+	}
+	os.Exit(m.Run())
+}
+
+// step is one unit of CPU work, some tens of microseconds long, so that
+// the step rate follows the CPU the rank gets.
+func step(x uint64) uint64 {
+	for i := range 20000 {
+		x = x*6364136223846793005 + uint64(i)
+	}
+	return x
+}
+
+// fakeRank counts steps forever, writing the count to file every 20 ms
+// in one fixed-width write, so a reader never sees half a number.
+func fakeRank(file string) {
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "rank:", err)
+		os.Exit(1)
+	}
+	var (
+		steps uint64
+		x     uint64 = 1
+		last         = time.Now()
+	)
+	for {
+		x = step(x)
+		steps++
+		if time.Since(last) >= 20*time.Millisecond {
+			if _, err := f.WriteAt(fmt.Appendf(nil, "%20d\n", steps), 0); err != nil {
+				os.Exit(1)
+			}
+			last = time.Now()
+		}
+		if x == 42 {
+			fmt.Println(x) // keeps the work from being optimised away
+		}
+	}
+}
+
+// rank is a fake rank the test started.
+type rank struct {
+	cmd   *exec.Cmd
+	steps string
+	proc  procfind.Proc
+	done  chan error
+}
+
+// startRank starts a fake rank of job with the given rank number, in a
+// process group of its own when ownGroup is set.
+func startRank(t *testing.T, job string, n int, ownGroup bool) *rank {
+	t.Helper()
+	r := &rank{steps: filepath.Join(t.TempDir(), "steps"), done: make(chan error, 1)}
+	r.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	r.cmd.Env = append(os.Environ(), roleEnv+"=rank", stepsEnv+"="+r.steps, "GOMAXPROCS=1",
+		procfind.EnvJob+"="+job, "RANK="+strconv.Itoa(n), "LOCAL_RANK="+strconv.Itoa(n), "WORLD_SIZE=2")
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: ownGroup}
+	if err := r.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { r.done <- r.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = r.cmd.Process.Signal(syscall.SIGCONT)
+		_ = r.cmd.Process.Kill()
+		<-r.done
+	})
+	var err error
+	if r.proc, err = procfind.Identify(r.cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	// Ready once it has counted.
+	waitUntil(t, 10*time.Second, func() bool { return r.count(t) > 0 })
+	return r
+}
+
+// count reads the rank's step count (0 before its first write).
+func (r *rank) count(t *testing.T) uint64 {
+	t.Helper()
+	for range 5 {
+		b, err := os.ReadFile(r.steps)
+		if err != nil || len(b) == 0 {
+			return 0
+		}
+		if n, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			return n
+		}
+	}
+	t.Fatalf("unreadable step file %s", r.steps)
+	return 0
+}
+
+// rate measures the rank's steps per second over d.
+func (r *rank) rate(t *testing.T, d time.Duration) float64 {
+	t.Helper()
+	c0, t0 := r.count(t), time.Now()
+	time.Sleep(d)
+	c1, t1 := r.count(t), time.Now()
+	return float64(c1-c0) / t1.Sub(t0).Seconds()
+}
+
+// state returns the letter of the rank's state in /proc/PID/stat.
+func (r *rank) state(t *testing.T) byte {
+	t.Helper()
+	st, err := procfind.ReadStat(r.proc.PID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.State
+}
+
+func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within %s", d)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// newInjector returns the injector of fault id on a fresh state directory
+// (or dir, when given).
+func newInjector(t *testing.T, id, dir string) *Injector {
+	t.Helper()
+	f, ok := catalog.Lookup(id)
+	if !ok {
+		t.Fatalf("no fault %s", id)
+	}
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	in, err := New(f, f.Mechanism(mechanisms[id]), Options{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return in
+}
+
+// values resolves a fault's parameters as the engine does.
+func values(t *testing.T, id string, raw map[string]string) catalog.Values {
+	t.Helper()
+	f, _ := catalog.Lookup(id)
+	v, err := f.Resolve(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// injectorHelper injects the fault helperFaultEnv names on the pid
+// helperPIDEnv gives, prints "injected", and waits to be killed.
+func injectorHelper() int {
+	id := os.Getenv(helperFaultEnv)
+	f, _ := catalog.Lookup(id)
+	in, err := New(f, f.Mechanism(mechanisms[id]), Options{StateDir: os.Getenv(helperStateEnv)})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	raw := map[string]string{"pid": os.Getenv(helperPIDEnv)}
+	if id == idStraggler {
+		raw["slowdown"], raw["window"] = "2", "200ms"
+	}
+	v, err := f.Resolve(raw)
+	if err == nil {
+		err = in.Inject(context.Background(), os.Getenv(helperKeyEnv), target.Ref{Kind: catalog.ScopeRank}, v)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "helper:", err)
+		return 1
+	}
+	fmt.Println("injected")
+	time.Sleep(time.Minute)
+	return 0
+}
+
+// runHelper starts the injector helper and returns once it has injected.
+func runHelper(t *testing.T, id, dir, key string, pid int) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), roleEnv+"=injector", helperFaultEnv+"="+id, helperStateEnv+"="+dir,
+		helperKeyEnv+"="+key, helperPIDEnv+"="+strconv.Itoa(pid))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "injected" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("helper said %q, %v", line, err)
+	}
+	return cmd
+}

@@ -1,0 +1,403 @@
+package procfault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/cgroup"
+	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+)
+
+// The faults and mechanisms of this package.
+const (
+	idKill      = "workload.kill-rank"
+	idHang      = "workload.hang-rank"
+	idStraggler = "workload.straggler"
+)
+
+// mechanisms maps each fault to the mechanism this package implements.
+var mechanisms = map[string]string{idKill: "signal", idHang: "signal", idStraggler: "cgroup-cpu"}
+
+// signals are the signals the catalogue lets kill-rank send.
+var signals = map[string]syscall.Signal{"SIGKILL": syscall.SIGKILL, "SIGTERM": syscall.SIGTERM, "SIGSEGV": syscall.SIGSEGV}
+
+// cfsPeriod is the CFS period our group uses, the kernel's default:
+// short enough that a throttled rank runs in slices of a few ms rather
+// than stalling for long, long enough for a quota above the 1 ms minimum.
+const cfsPeriod = 100 * time.Millisecond
+
+// minQuota is the smallest CFS quota the kernel accepts.
+const minQuota = time.Millisecond
+
+// Options configure New. The zero value of each field is its documented
+// default, except StateDir, which is required.
+type Options struct {
+	// StateDir holds one record per injected key. It must outlive the
+	// injecting process and be shared by every injector of this package
+	// on the node. Created, mode 0700, when missing.
+	StateDir string
+	// Logger gets one record per signal sent and per rank confined or
+	// released; nil means none.
+	Logger *slog.Logger
+}
+
+// Injector injects one of this package's faults. It is safe for
+// concurrent use; calls with the same key are serialised.
+type Injector struct {
+	fault string
+	dir   *statedir.Dir
+	log   *slog.Logger
+}
+
+// New returns the injector of mechanism m of fault f: signal for
+// workload.kill-rank and workload.hang-rank, cgroup-cpu for
+// workload.straggler.
+func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
+	if f == nil || m == nil {
+		return nil, errors.New("procfault: a fault and a mechanism are required")
+	}
+	want, ok := mechanisms[f.ID]
+	if !ok {
+		return nil, fmt.Errorf("procfault: fault %s is not a rank fault of this package", f.ID)
+	}
+	if m.Name != want {
+		return nil, fmt.Errorf("procfault: mechanism %s of %s is not implemented here (%s is)", m.Name, f.ID, want)
+	}
+	if o.StateDir == "" {
+		return nil, fmt.Errorf("procfault: %s needs a state directory to recover after a crash", f.ID)
+	}
+	d, err := statedir.Open(o.StateDir, "procfault-")
+	if err != nil {
+		return nil, fmt.Errorf("procfault: %w", err)
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Injector{fault: f.ID, dir: d, log: log}, nil
+}
+
+// Inject finds the rank and applies the fault, recording it first. A key
+// already recorded is a no-op. On error nothing stays applied and no
+// record remains, unless undoing failed too; the error then says so and
+// Recover retries.
+func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error {
+	what := fmt.Sprintf("inject %s on %s", in.fault, describe(ref, v))
+	if key == "" {
+		return fmt.Errorf("%s: empty key", what)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	unlock := in.dir.Lock(key)
+	defer unlock()
+	if ok, err := in.dir.Exists(key); err != nil || ok {
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	}
+	r, err := resolve(ref, v)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	st := state{Version: stateVersion, Key: key, Fault: in.fault, Proc: r.Proc, Job: r.Job, Rank: r.Rank, Created: time.Now().UTC()}
+	switch in.fault {
+	case idKill:
+		err = in.kill(ctx, key, st, v)
+	case idHang:
+		err = in.hang(ctx, key, st)
+	case idStraggler:
+		err = in.straggle(ctx, key, st, v)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// Recover undoes what key's record says: SIGCONT for a hang, the threads
+// moved back for a straggler, nothing for a kill. It then removes the
+// record. No record is success; a rank that is gone (or whose pid was
+// reused) is left alone and reported as fault.ErrTargetGone.
+func (in *Injector) Recover(ctx context.Context, key string) error {
+	if key == "" {
+		return fmt.Errorf("recover %s: empty key", in.fault)
+	}
+	unlock := in.dir.Lock(key)
+	defer unlock()
+	b, err := in.dir.Read(key)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("recover %s: %w", in.fault, err)
+	}
+	st, err := parseState(b)
+	if err != nil {
+		return fmt.Errorf("recover %s: record %s: %w", in.fault, in.dir.File(key), err)
+	}
+	if st.Key != key || st.Fault != in.fault {
+		return fmt.Errorf("recover %s: record %s holds %s key %q", in.fault, in.dir.File(key), st.Fault, st.Key)
+	}
+	var gone bool
+	switch st.Fault {
+	case idHang:
+		err = st.Proc.Signal(syscall.SIGCONT)
+		if errors.Is(err, os.ErrNotExist) {
+			gone, err = true, nil
+		}
+		if err == nil && !gone {
+			err = waitState(ctx, st.Proc, false)
+		}
+		if err == nil && !gone {
+			in.log.Info("continued rank", "key", key, "pid", st.Proc.PID, "job", st.Job, "rank", st.Rank)
+		}
+	case idStraggler:
+		// Release works from the record alone and also when the rank has
+		// exited: our group is then empty and only needs removing.
+		err = st.Confinement.Release()
+		if err == nil {
+			alive, aerr := st.Proc.Alive()
+			gone = aerr == nil && !alive
+			in.log.Info("released rank", "key", key, "pid", st.Proc.PID, "group", st.Confinement.Dir)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("recover %s on pid %d: %w", in.fault, st.Proc.PID, err)
+	}
+	if err := in.dir.Remove(key); err != nil {
+		return fmt.Errorf("recover %s: %w", in.fault, err)
+	}
+	if gone {
+		return fmt.Errorf("recover %s: pid %d: %w", in.fault, st.Proc.PID, fault.ErrTargetGone)
+	}
+	return nil
+}
+
+// describe names the target in errors.
+func describe(ref target.Ref, v catalog.Values) string {
+	if pid := v.Int("pid"); pid != 0 {
+		return fmt.Sprintf("pid %d", pid)
+	}
+	return fmt.Sprintf("job %s rank %d", ref.Job, ref.Rank)
+}
+
+// resolve finds the rank's process: the pid parameter when set, else the
+// process carrying the ref's job and rank in its environment.
+func resolve(ref target.Ref, v catalog.Values) (procfind.Rank, error) {
+	if pid := v.Int("pid"); pid != 0 {
+		if pid <= 1 || pid > math.MaxInt32 {
+			return procfind.Rank{}, fmt.Errorf("pid %d cannot be a rank", pid)
+		}
+		if int(pid) == os.Getpid() {
+			return procfind.Rank{}, errors.New("pid names gpuchaos itself")
+		}
+		p, err := procfind.Identify(int(pid))
+		if err != nil {
+			return procfind.Rank{}, fmt.Errorf("pid %d: %w", pid, err)
+		}
+		return procfind.Rank{Proc: p, Rank: ref.Rank, LocalRank: -1, WorldSize: -1}, nil
+	}
+	if ref.Job == "" {
+		return procfind.Rank{}, errors.New("the target names no job and the pid parameter is 0")
+	}
+	return procfind.RankProcess(ref.Job, ref.Rank)
+}
+
+func (in *Injector) kill(ctx context.Context, key string, st state, v catalog.Values) error {
+	st.Signal = v.String("signal")
+	if st.Signal == "" {
+		st.Signal = "SIGKILL"
+	}
+	sig, ok := signals[st.Signal]
+	if !ok {
+		return fmt.Errorf("signal %q is not one kill-rank sends", st.Signal)
+	}
+	st.Group = v.Bool("group")
+	pst, err := st.Proc.Stat()
+	if err != nil {
+		return fmt.Errorf("pid %d: %w", st.Proc.PID, err)
+	}
+	// A rank started by torchrun or a shell shares its launcher's group;
+	// signalling that group would kill the launcher and every rank.
+	if st.Group && pst.PGRP != st.Proc.PID {
+		return fmt.Errorf("pid %d does not lead its process group (%d): signalling the group would reach its launcher", st.Proc.PID, pst.PGRP)
+	}
+	if err := in.dir.Write(key, st); err != nil {
+		return fmt.Errorf("record before acting: %w", err)
+	}
+	if st.Group {
+		// The identity was checked above; a group id, unlike a pid, stays
+		// while any member lives, so the leader's death cannot redirect it.
+		err = syscall.Kill(-st.Proc.PID, sig)
+		if errors.Is(err, syscall.ESRCH) {
+			err = os.ErrNotExist
+		}
+	} else {
+		err = st.Proc.Signal(sig)
+	}
+	if err != nil {
+		// Nothing was sent: forget the record so a retry can act.
+		if rerr := in.dir.Remove(key); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return fmt.Errorf("send %s to pid %d: %w", st.Signal, st.Proc.PID, err)
+	}
+	// SIGKILL cannot be caught, so Inject waits for the death to show
+	// (a zombie counts): the fault is in effect when it returns. Other
+	// signals may be handled, slowly or not at all, which is the point of
+	// sending them; for those Inject returns once they are sent.
+	if sig == syscall.SIGKILL {
+		if err := st.Proc.WaitGone(context.WithoutCancel(ctx), stopWait); err != nil {
+			return fmt.Errorf("SIGKILL sent: %w", err)
+		}
+	}
+	in.log.Info("killed rank", "key", key, "pid", st.Proc.PID, "job", st.Job, "rank", st.Rank, "signal", st.Signal, "group", st.Group)
+	return nil
+}
+
+func (in *Injector) hang(ctx context.Context, key string, st state) error {
+	if err := in.dir.Write(key, st); err != nil {
+		return fmt.Errorf("record before acting: %w", err)
+	}
+	// SIGSTOP to the thread group's id stops every thread of it.
+	if err := st.Proc.Signal(syscall.SIGSTOP); err != nil {
+		if rerr := in.dir.Remove(key); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+		return fmt.Errorf("send SIGSTOP to pid %d: %w", st.Proc.PID, err)
+	}
+	// The signal is delivered asynchronously; Inject returns once the
+	// kernel shows the rank stopped, so the fault is in effect when the
+	// engine starts observing.
+	if err := waitState(ctx, st.Proc, true); err != nil {
+		return fmt.Errorf("SIGSTOP sent to pid %d (left for recovery): %w", st.Proc.PID, err)
+	}
+	in.log.Info("stopped rank", "key", key, "pid", st.Proc.PID, "job", st.Job, "rank", st.Rank)
+	return nil
+}
+
+// stopWait bounds how long a stop, a continue or a death may take to show in
+// /proc: delivery takes microseconds, unless the process is in an
+// uninterruptible sleep (a driver call, a hung filesystem).
+const stopWait = 5 * time.Second
+
+// waitState waits until p shows as stopped (state T) or, with stopped
+// false, as not stopped. A process that exits meanwhile ends the wait.
+func waitState(ctx context.Context, p procfind.Proc, stopped bool) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopWait)
+	defer cancel()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := p.Stat()
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if (st.State == 'T') == stopped {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pid %d still in state %c after %s", p.PID, st.State, stopWait)
+		case <-tick.C:
+		}
+	}
+}
+
+func (in *Injector) straggle(ctx context.Context, key string, st state, v catalog.Values) error {
+	st.Slowdown = v.Float("slowdown")
+	if st.Slowdown < 1 || math.IsNaN(st.Slowdown) || math.IsInf(st.Slowdown, 0) {
+		return fmt.Errorf("slowdown %v is not at least 1", st.Slowdown)
+	}
+	st.CPUs = v.Float("cpus")
+	if st.CPUs == 0 {
+		window := v.Duration("window")
+		if window <= 0 {
+			window = time.Second
+		}
+		cpus, err := measureCPUs(ctx, st.Proc, window)
+		if err != nil {
+			return err
+		}
+		st.CPUs = cpus
+	}
+	if st.CPUs <= 0 || math.IsNaN(st.CPUs) || math.IsInf(st.CPUs, 0) {
+		return fmt.Errorf("cpus %v is not positive", st.CPUs)
+	}
+	quota := max(time.Duration(float64(cfsPeriod)*st.CPUs/st.Slowdown), minQuota)
+	h, err := cgroup.Find("cpu")
+	if err != nil {
+		return err
+	}
+	var files []cgroup.File
+	switch h.Version {
+	case cgroup.V1:
+		files = []cgroup.File{
+			{Name: "cpu.cfs_period_us", Value: fmt.Sprint(cfsPeriod.Microseconds())},
+			{Name: "cpu.cfs_quota_us", Value: fmt.Sprint(quota.Microseconds())},
+		}
+	case cgroup.V2:
+		files = []cgroup.File{{Name: "cpu.max", Value: fmt.Sprintf("%d %d", quota.Microseconds(), cfsPeriod.Microseconds())}}
+	}
+	c, err := cgroup.Plan(h, st.Proc, cgroup.NamePrefix+in.dir.Name(key), files)
+	if err != nil {
+		return err
+	}
+	st.Confinement = c
+	if err := in.dir.Write(key, st); err != nil {
+		return fmt.Errorf("record before acting: %w", err)
+	}
+	if err := c.Apply(); err != nil {
+		if rerr := c.Release(); rerr != nil {
+			return fmt.Errorf("%w (left for recovery: %w)", err, rerr)
+		}
+		if rerr := in.dir.Remove(key); rerr != nil {
+			return fmt.Errorf("%w (record not removed: %w)", err, rerr)
+		}
+		return err
+	}
+	in.log.Info("confined rank", "key", key, "pid", st.Proc.PID, "group", c.Dir, "cpus", st.CPUs, "slowdown", st.Slowdown, "quota", quota)
+	return nil
+}
+
+// measureCPUs returns how many CPUs the process used on average over the
+// window, from the user and system times of all its threads.
+func measureCPUs(ctx context.Context, p procfind.Proc, window time.Duration) (float64, error) {
+	before, err := p.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("measure the CPU of pid %d: %w", p.PID, err)
+	}
+	t0 := time.Now()
+	timer := time.NewTimer(window)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return 0, fmt.Errorf("measure the CPU of pid %d: %w", p.PID, ctx.Err())
+	case <-timer.C:
+	}
+	after, err := p.Stat()
+	if err != nil {
+		return 0, fmt.Errorf("measure the CPU of pid %d: %w", p.PID, err)
+	}
+	ticks := float64(after.UTime + after.STime - before.UTime - before.STime)
+	cpus := ticks / procfind.ClockTicks / time.Since(t0).Seconds()
+	// An idle rank (blocked in a collective, say) would get a quota that
+	// starves it once it wakes; a floor of a tenth of a CPU keeps the
+	// throttle about the rank's speed rather than a hang.
+	return max(cpus, 0.1), nil
+}

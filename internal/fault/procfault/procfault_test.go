@@ -1,0 +1,480 @@
+package procfault
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/cgroup"
+	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+)
+
+// jobName is unique per test, so parallel tests never find each other's
+// ranks.
+func jobName(t *testing.T) string {
+	return fmt.Sprintf("procfault-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
+}
+
+func ref(job string, n int) target.Ref {
+	return target.Ref{Kind: catalog.ScopeRank, Job: job, Rank: n}
+}
+
+func TestNewRefusesWhatItDoesNotImplement(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, fault, mech, dir string
+	}{
+		{"other package's fault", "checkpoint.fill-volume", "fallocate", t.TempDir()},
+		{"other mechanism", idHang, "cgroup-freeze", t.TempDir()},
+		{"duty cycle", idStraggler, "duty-cycle", t.TempDir()},
+		{"no state directory", idKill, "signal", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			f, _ := catalog.Lookup(tc.fault)
+			if _, err := New(f, f.Mechanism(tc.mech), Options{StateDir: tc.dir}); err == nil {
+				t.Fatal("New accepted it")
+			}
+		})
+	}
+}
+
+func TestKillRank(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		params   map[string]string
+		ownGroup bool
+		byPID    bool
+		// wantSignal is the signal the rank must die of; 0 only checks
+		// that it died (Go turns a SIGSEGV into a crash with exit 2).
+		wantSignal syscall.Signal
+		wantErr    string
+	}{
+		{name: "SIGKILL by job and rank", wantSignal: syscall.SIGKILL},
+		{name: "SIGTERM", params: map[string]string{"signal": "SIGTERM"}, wantSignal: syscall.SIGTERM},
+		{name: "SIGSEGV", params: map[string]string{"signal": "SIGSEGV"}},
+		{name: "by pid", byPID: true, wantSignal: syscall.SIGKILL},
+		{name: "group the rank leads", params: map[string]string{"group": "true"}, ownGroup: true, wantSignal: syscall.SIGKILL},
+		{name: "group shared with the launcher", params: map[string]string{"group": "true"}, wantErr: "does not lead its process group"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			job := jobName(t)
+			r := startRank(t, job, 1, tc.ownGroup)
+			raw := map[string]string{}
+			for k, v := range tc.params {
+				raw[k] = v
+			}
+			rf := ref(job, 1)
+			if tc.byPID {
+				raw["pid"] = strconv.Itoa(r.proc.PID)
+				rf = ref("", 0)
+			}
+			in := newInjector(t, idKill, "")
+			err := in.Inject(context.Background(), "k", rf, values(t, idKill, raw))
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Inject = %v, want an error with %q", err, tc.wantErr)
+				}
+				if ok, _ := in.dir.Exists("k"); ok {
+					t.Error("a refused inject left a record")
+				}
+				if ok, _ := r.proc.Alive(); !ok {
+					t.Error("a refused inject killed the rank")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var werr error
+			select {
+			case werr = <-r.done:
+				r.done <- werr // for the cleanup
+			case <-time.After(10 * time.Second):
+				t.Fatal("the rank did not die")
+			}
+			ws := r.cmd.ProcessState.Sys().(syscall.WaitStatus)
+			if tc.wantSignal != 0 && (!ws.Signaled() || ws.Signal() != tc.wantSignal) {
+				t.Fatalf("rank ended with %v, want killed by %v", werr, tc.wantSignal)
+			}
+			b, err := in.dir.Read("k")
+			if err != nil {
+				t.Fatalf("no record of the kill: %v", err)
+			}
+			st, err := parseState(b)
+			if err != nil || st.Proc != r.proc {
+				t.Fatalf("record = %+v, %v; want process %+v", st, err, r.proc)
+			}
+			if err := in.Recover(context.Background(), "k"); err != nil {
+				t.Fatalf("Recover = %v", err)
+			}
+		})
+	}
+}
+
+func TestHangRankStopsAndContinues(t *testing.T) {
+	t.Parallel()
+	job := jobName(t)
+	r := startRank(t, job, 0, false)
+	in := newInjector(t, idHang, "")
+	if err := in.Inject(context.Background(), "k", ref(job, 0), values(t, idHang, nil)); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, func() bool { return r.state(t) == 'T' })
+	if rate := r.rate(t, 300*time.Millisecond); rate != 0 {
+		t.Errorf("hung rank ran %.0f steps/s", rate)
+	}
+	if err := in.Recover(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, func() bool { return r.state(t) != 'T' })
+	if rate := r.rate(t, 300*time.Millisecond); rate <= 0 {
+		t.Errorf("continued rank ran %.0f steps/s", rate)
+	}
+}
+
+func TestHangRecoverNeverTouchesARecycledPid(t *testing.T) {
+	t.Parallel()
+	job := jobName(t)
+	r := startRank(t, job, 0, false)
+	// The bystander is stopped by someone else; a record naming its pid
+	// with another start time is what a recycled pid looks like.
+	if err := syscall.Kill(r.proc.PID, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, 5*time.Second, func() bool { return r.state(t) == 'T' })
+	in := newInjector(t, idHang, "")
+	stale := r.proc
+	stale.StartTicks--
+	if err := in.dir.Write("k", state{Version: stateVersion, Key: "k", Fault: idHang, Proc: stale}); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Recover(context.Background(), "k"); !errors.Is(err, fault.ErrTargetGone) {
+		t.Fatalf("Recover = %v, want ErrTargetGone", err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if s := r.state(t); s != 'T' {
+		t.Fatalf("the recycled pid was continued: state %c", s)
+	}
+	if ok, _ := in.dir.Exists("k"); ok {
+		t.Error("record kept after recovery")
+	}
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{idKill, idHang, idStraggler} {
+		t.Run(id, func(t *testing.T) {
+			t.Parallel()
+			faulttest.Run(t, func(t *testing.T) faulttest.Env {
+				job := jobName(t)
+				r := startRank(t, job, 0, false)
+				in := newInjector(t, id, "")
+				var raw map[string]string
+				if id == idStraggler {
+					raw = map[string]string{"window": "100ms", "slowdown": "2"}
+				}
+				env := faulttest.Env{
+					Injector: in,
+					Ref:      ref(job, 0),
+					Values:   values(t, id, raw),
+					Vanish: func() {
+						_ = r.cmd.Process.Kill()
+						err := <-r.done
+						r.done <- err
+					},
+				}
+				switch id {
+				case idKill:
+					env.Count = func() int {
+						if ok, _ := r.proc.Alive(); ok {
+							return 0
+						}
+						return 1
+					}
+				case idHang:
+					env.Applied = func(string) bool {
+						st, err := r.proc.Stat()
+						return err == nil && st.State == 'T'
+					}
+				case idStraggler:
+					env.Applied = func(string) bool { return confined(t, r.proc) }
+				}
+				return env
+			})
+		})
+	}
+}
+
+// confined reports whether the process's main thread sits in a cpu group
+// of ours.
+func confined(t *testing.T, p procfind.Proc) bool {
+	t.Helper()
+	h, err := cgroup.Find("cpu")
+	if err != nil {
+		t.Skipf("no cpu cgroup controller: %v", err)
+	}
+	g, err := cgroup.GroupOf(h, p.PID, p.PID)
+	return err == nil && strings.HasPrefix(g[strings.LastIndexByte(g, '/')+1:], cgroup.NamePrefix)
+}
+
+// sample is the rank's step rate and the CPUs it used over one window.
+type sample struct{ rate, cpus float64 }
+
+// measure returns the medians of n windows of d: CPUs shared with other
+// work make single windows jump.
+func (r *rank) measure(t *testing.T, n int, d time.Duration) sample {
+	t.Helper()
+	rates, cpus := make([]float64, n), make([]float64, n)
+	for i := range n {
+		st0, err := r.proc.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t0 := time.Now()
+		rates[i] = r.rate(t, d)
+		st1, err := r.proc.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cpus[i] = float64(st1.UTime+st1.STime-st0.UTime-st0.STime) / procfind.ClockTicks / time.Since(t0).Seconds()
+	}
+	slices.Sort(rates)
+	slices.Sort(cpus)
+	return sample{rates[n/2], cpus[n/2]}
+}
+
+// TestStragglerSlowsTheRankAsPredicted measures the step rate before,
+// while and after throttled, and compares the throttled rate with the mean
+// of the rates around it, which cancels slow drift in what else the
+// machine runs. It runs alone (not parallel) so that this package's other
+// ranks do not compete for the CPUs.
+//
+// Two checks. The throttle itself: the CPU the rank uses while throttled
+// must not exceed the quota, whatever else runs. The step rate: the rank
+// must slow by the slowdown ± 20 %; that prediction assumes the rank gets
+// the CPU it was measured with, which fails when other work (other test
+// packages, other tenants of the machine) takes CPUs away between the
+// measurement and the throttle, so an attempt in which the rank got under
+// 0.85 CPU unthrottled does not count, up to three are made, and when
+// none was uncontended the rate check is skipped with the figures logged.
+func TestStragglerSlowsTheRankAsPredicted(t *testing.T) {
+	if _, err := cgroup.Find("cpu"); err != nil {
+		t.Skipf("no cpu cgroup controller: %v", err)
+	}
+	for _, slowdown := range []float64{2, 4} {
+		t.Run(fmt.Sprint(slowdown), func(t *testing.T) {
+			job := jobName(t)
+			r := startRank(t, job, 0, false)
+			var ratios []float64
+			for attempt := 1; attempt <= 3; attempt++ {
+				in := newInjector(t, idStraggler, "")
+				before := r.measure(t, 5, 200*time.Millisecond)
+				v := values(t, idStraggler, map[string]string{"slowdown": fmt.Sprint(slowdown), "window": "500ms"})
+				if err := in.Inject(context.Background(), "k", ref(job, 0), v); err != nil {
+					t.Fatal(err)
+				}
+				b, err := in.dir.Read("k")
+				if err != nil {
+					t.Fatal(err)
+				}
+				st, err := parseState(b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !confined(t, r.proc) {
+					t.Fatal("rank not confined after Inject")
+				}
+				during := r.measure(t, 5, 200*time.Millisecond)
+				if err := in.Recover(context.Background(), "k"); err != nil {
+					t.Fatal(err)
+				}
+				if confined(t, r.proc) {
+					t.Fatal("rank still confined after recovery")
+				}
+				after := r.measure(t, 5, 200*time.Millisecond)
+				quota := st.CPUs / slowdown
+				// One clock tick of slack per window on top of 10 %.
+				if during.cpus > 1.1*quota+0.05 {
+					t.Fatalf("throttled rank used %.3f CPUs, over its quota of %.3f", during.cpus, quota)
+				}
+				ratio := (before.rate + after.rate) / 2 / during.rate
+				contended := before.cpus < 0.85 || after.cpus < 0.85
+				t.Logf("attempt %d, slowdown %.1f: %.0f steps/s on %.2f CPUs before, %.0f on %.3f throttled (quota %.3f), %.0f on %.2f after: measured slowdown %.2f (%.0f%% of predicted)%s",
+					attempt, slowdown, before.rate, before.cpus, during.rate, during.cpus, quota, after.rate, after.cpus,
+					ratio, 100*ratio/slowdown, map[bool]string{true: "; contended, not counted"}[contended])
+				if contended {
+					continue
+				}
+				ratios = append(ratios, ratio)
+				if ratio >= 0.8*slowdown && ratio <= 1.2*slowdown {
+					return
+				}
+			}
+			if len(ratios) == 0 {
+				t.Skip("the rank never had a whole CPU to itself: the machine is busy with other work, so the step rate cannot be compared")
+			}
+			t.Errorf("measured slowdowns %.2f, want %.1f ± 20%%", ratios, slowdown)
+		})
+	}
+}
+
+// TestRecoverAfterTheInjectorWasKilled injects from a helper process,
+// SIGKILLs it, and recovers with a fresh injector in this process.
+func TestRecoverAfterTheInjectorWasKilled(t *testing.T) {
+	t.Parallel()
+	for _, id := range []string{idHang, idStraggler} {
+		t.Run(id, func(t *testing.T) {
+			t.Parallel()
+			job := jobName(t)
+			r := startRank(t, job, 0, false)
+			dir := t.TempDir()
+			h := runHelper(t, id, dir, "crash-key", r.proc.PID)
+			if err := h.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			_ = h.Wait()
+			var before []int
+			switch id {
+			case idHang:
+				if s := r.state(t); s != 'T' {
+					t.Fatalf("rank state %c after the helper injected, want T", s)
+				}
+			case idStraggler:
+				if !confined(t, r.proc) {
+					t.Fatal("rank not confined after the helper injected")
+				}
+				before, _ = procfind.Threads(r.proc.PID)
+			}
+			in := newInjector(t, id, dir)
+			b, err := in.dir.Read("crash-key")
+			if err != nil {
+				t.Fatal(err)
+			}
+			st, err := parseState(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := in.Recover(context.Background(), "crash-key"); err != nil {
+				t.Fatal(err)
+			}
+			switch id {
+			case idHang:
+				waitUntil(t, 5*time.Second, func() bool { return r.state(t) != 'T' })
+			case idStraggler:
+				if st.Confinement.Exists() {
+					t.Errorf("our group %s remains", st.Confinement.Dir)
+				}
+				for _, tid := range before {
+					g, err := cgroup.GroupOf(st.Confinement.Hierarchy, r.proc.PID, tid)
+					if err == nil && g != st.Confinement.Home {
+						t.Errorf("thread %d in %s, want %s", tid, g, st.Confinement.Home)
+					}
+				}
+			}
+			if ok, _ := in.dir.Exists("crash-key"); ok {
+				t.Error("record kept after recovery")
+			}
+		})
+	}
+}
+
+func TestParseState(t *testing.T) {
+	t.Parallel()
+	good := `{"version":1,"key":"k","fault":"workload.hang-rank","proc":{"pid":100,"start_ticks":5},"rank":0,"created":"2026-01-01T00:00:00Z"}`
+	conf := `{"version":1,"mount":"/sys/fs/cgroup/cpu","controller":"cpu","proc":{"pid":100,"start_ticks":5},"home":"/","dir":"/gpuchaos-x","files":[],"moves":[]}`
+	tests := []struct {
+		name, in, wantErr string
+	}{
+		{"hang", good, ""},
+		{"kill", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.kill-rank","signal":"SIGTERM"`, 1), ""},
+		{"straggler", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","confinement":`+conf, 1), ""},
+		{"kill with a foreign signal", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.kill-rank","signal":"SIGSTOP"`, 1), "signal"},
+		{"straggler without confinement", strings.Replace(good, "hang-rank", "straggler", 1), "without a confinement"},
+		{"confinement of another process", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","confinement":`+strings.Replace(conf, "100", "101", 1), 1), "another process"},
+		{"group not ours", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","confinement":`+strings.Replace(conf, "gpuchaos-x", "kubepods", 1), 1), "not one of ours"},
+		{"pid 1", strings.Replace(good, `"pid":100`, `"pid":1`, 1), "cannot be a rank"},
+		{"pid -1", strings.Replace(good, `"pid":100`, `"pid":-1`, 1), "cannot be a rank"},
+		{"no start time", strings.Replace(good, `"start_ticks":5`, `"start_ticks":0`, 1), "cannot be a rank"},
+		{"other version", strings.Replace(good, `"version":1`, `"version":2`, 1), "version"},
+		{"no key", strings.Replace(good, `"key":"k"`, `"key":""`, 1), "no key"},
+		{"foreign fault", strings.Replace(good, "workload.hang-rank", "network.loss", 1), "not this package's"},
+		{"unknown field", strings.Replace(good, `"rank":0`, `"rank":0,"x":1`, 1), "unknown field"},
+		{"trailing data", good + "{}", "after the record"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := parseState([]byte(tc.in))
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("parseState = %v, want an error with %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func FuzzParseState(f *testing.F) {
+	f.Add([]byte(`{"version":1,"key":"k","fault":"workload.hang-rank","proc":{"pid":100,"start_ticks":5},"rank":0}`))
+	f.Add([]byte(`{"version":1,"key":"k","fault":"workload.kill-rank","signal":"SIGKILL","proc":{"pid":2,"start_ticks":1}}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, err := parseState(b)
+		if err != nil {
+			return
+		}
+		// Whatever is accepted can never make a signal reach a group,
+		// init or every process.
+		if st.Proc.PID <= 1 || st.Proc.StartTicks == 0 {
+			t.Fatalf("accepted process %+v", st.Proc)
+		}
+		if st.Fault == idStraggler && (st.Confinement == nil || st.Confinement.Validate() != nil) {
+			t.Fatalf("accepted a straggler record without a valid confinement")
+		}
+	})
+}
+
+// TestKillRecordsWhatWasKilledAcrossProcesses checks that the record left
+// by a kill is readable and removable by a fresh injector, as after a
+// crash.
+func TestKillRecordsWhatWasKilledAcrossProcesses(t *testing.T) {
+	t.Parallel()
+	job := jobName(t)
+	r := startRank(t, job, 0, false)
+	dir := t.TempDir()
+	if err := newInjector(t, idKill, dir).Inject(context.Background(), "k", ref(job, 0), values(t, idKill, nil)); err != nil {
+		t.Fatal(err)
+	}
+	err := <-r.done
+	r.done <- err
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("rank ended with %v", err)
+	}
+	fresh := newInjector(t, idKill, dir)
+	if err := fresh.Recover(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := fresh.dir.Exists("k"); ok {
+		t.Error("record kept after recovery")
+	}
+}

@@ -1,0 +1,83 @@
+package procfault
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/cgroup"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
+)
+
+// stateVersion is the layout of state; a reader refuses others.
+const stateVersion = 1
+
+// state is what Inject records for one key before it acts.
+type state struct {
+	Version int    `json:"version"`
+	Key     string `json:"key"`
+	Fault   string `json:"fault"`
+	// Proc is the rank's process; Job and Rank say how it was found (an
+	// empty Job: by the pid parameter).
+	Proc    procfind.Proc `json:"proc"`
+	Job     string        `json:"job,omitempty"`
+	Rank    int           `json:"rank"`
+	Created time.Time     `json:"created"`
+
+	// Signal and Group are kill-rank's: what was sent, and whether to
+	// the rank's process group.
+	Signal string `json:"signal,omitempty"`
+	Group  bool   `json:"group,omitempty"`
+
+	// Straggler: the CPUs the rank used (measured or given), the
+	// slowdown, and the cgroup that holds it.
+	CPUs        float64             `json:"cpus,omitempty"`
+	Slowdown    float64             `json:"slowdown,omitempty"`
+	Confinement *cgroup.Confinement `json:"confinement,omitempty"`
+}
+
+// parseState decodes a record and checks what Recover relies on: a
+// process identity a signal may safely reach and, for a straggler, a
+// confinement of ours.
+func parseState(b []byte) (state, error) {
+	var st state
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&st); err != nil {
+		return state{}, fmt.Errorf("decode: %w", err)
+	}
+	if dec.More() {
+		return state{}, errors.New("decode: data after the record")
+	}
+	if st.Version != stateVersion {
+		return state{}, fmt.Errorf("version %d: this build reads version %d", st.Version, stateVersion)
+	}
+	if st.Key == "" {
+		return state{}, errors.New("no key")
+	}
+	if !st.Proc.Valid() {
+		return state{}, fmt.Errorf("process %+v cannot be a rank", st.Proc)
+	}
+	switch st.Fault {
+	case idKill:
+		if _, ok := signals[st.Signal]; !ok {
+			return state{}, fmt.Errorf("signal %q", st.Signal)
+		}
+	case idHang:
+	case idStraggler:
+		if st.Confinement == nil {
+			return state{}, errors.New("straggler without a confinement")
+		}
+		if err := st.Confinement.Validate(); err != nil {
+			return state{}, fmt.Errorf("confinement: %w", err)
+		}
+		if st.Confinement.Proc != st.Proc {
+			return state{}, errors.New("confinement of another process")
+		}
+	default:
+		return state{}, fmt.Errorf("fault %q is not this package's", st.Fault)
+	}
+	return st, nil
+}
