@@ -188,7 +188,7 @@ on a bad file or flag.`,
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9400", "live: where to serve the twin's /metrics")
 	cmd.Flags().StringVar(&promURL, "prometheus", "http://127.0.0.1:9090", "live, local: the Prometheus that prometheus probes ask")
 	cmd.Flags().StringVar(&ledgerPath, "ledger", "", "local: injection journal (default "+rootLedger+" as root, else $XDG_STATE_HOME/gpuchaos/ledger.jsonl, ~/.local/state without it)")
-	cmd.Flags().StringVar(&local.exporter, "exporter", engine.DefaultExporter, "local: the /metrics page threshold probes and dcgm-* detectors read (a gpuchaos agent or dcgm-exporter)")
+	cmd.Flags().StringSliceVar(&local.exporters, "exporter", []string{engine.DefaultExporter}, "local: /metrics pages threshold probes and built-in detectors read, scraped as Prometheus would (a gpuchaos agent or dcgm-exporter; repeat for a job's ranks and supervisor)")
 	cmd.Flags().StringVar(&local.traceLib, "trace-lib", "", "local: trace NCCL collectives in every process using this libnccl.so.2 (collective-trace detector; needs root)")
 	cmd.Flags().IntSliceVar(&local.tracePIDs, "trace-pid", nil, "local: trace NCCL collectives of these processes, one per rank (collective-trace detector; needs root)")
 	cmd.Flags().DurationVar(&settle, "settle", 15*time.Second, "live: wall time to let Prometheus scrape before the experiment")
@@ -221,8 +221,9 @@ func defaultLedger() (string, error) {
 
 // localFlags are run's flags for the local target.
 type localFlags struct {
-	ledger, prometheus, exporter, traceLib string
-	tracePIDs                              []int
+	ledger, prometheus, traceLib string
+	exporters                    []string
+	tracePIDs                    []int
 }
 
 // startLocalTarget opens NVML and the ledger, starts following the kernel
@@ -243,7 +244,10 @@ func startLocalTarget(cmd *cobra.Command, fl localFlags, dryRun, table bool) (st
 	if err != nil {
 		return nil, nil, nil, failed(fmt.Errorf("--target local: cannot list this node's GPUs: %w", err))
 	}
-	opts := engine.LocalOptions{Source: src, Prometheus: fl.prometheus, Exporter: fl.exporter}
+	opts := engine.LocalOptions{Source: src, Prometheus: fl.prometheus}
+	if len(fl.exporters) > 0 {
+		opts.Exporter, opts.MoreExporters = fl.exporters[0], fl.exporters[1:]
+	}
 	if !dryRun {
 		// What mechanisms did to the node lives with the ledger that
 		// says it was done, so one directory holds a node's recovery.

@@ -54,6 +54,10 @@ type LocalOptions struct {
 	// Prometheus would (see internal/probe/scrape); empty means the
 	// gpuchaos agent's default, DefaultExporter.
 	Exporter string
+	// MoreExporters are further pages scraped with it: a training job's
+	// ranks and supervisor, whose job series the workload detectors
+	// read. Each series carries its page's instance label.
+	MoreExporters []string
 	// Client sends Prometheus queries; nil means http.DefaultClient.
 	Client *http.Client
 	// LogWindow is how long a matching kernel log line keeps a log probe
@@ -127,7 +131,7 @@ func StartLocal(ctx context.Context, opts LocalOptions) (*LocalTarget, error) {
 	if opts.Exporter == "" {
 		opts.Exporter = DefaultExporter
 	}
-	store, err := scrape.New(scrape.Options{URL: opts.Exporter, Client: opts.Client})
+	store, err := scrape.New(scrape.Options{URL: opts.Exporter, More: opts.MoreExporters, Client: opts.Client})
 	if err != nil {
 		return nil, fmt.Errorf("start local target: %w", err)
 	}

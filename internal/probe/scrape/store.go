@@ -2,10 +2,12 @@ package scrape
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strings"
@@ -27,6 +29,11 @@ const DefaultRetention = 30 * time.Minute
 type Options struct {
 	// URL is the exporter's page, e.g. http://127.0.0.1:9400/metrics.
 	URL string
+	// More are further pages scraped with it (a training job's ranks,
+	// its supervisor). Every series gets the label instance=HOST:PORT of
+	// its page, as Prometheus adds, so that pages serving the same series
+	// (one job series per rank) stay apart.
+	More []string
 	// Client fetches it; nil means a client with a 5 s timeout.
 	Client *http.Client
 	// Retention is how long samples are kept; 0 means DefaultRetention.
@@ -50,6 +57,8 @@ type Store struct {
 	mu       sync.Mutex
 	series   map[string]*twin.Series // by metric name + label key
 	byMetric map[string][]*twin.Series
+	// instance[s] is the page series s came from.
+	instance map[*twin.Series]string
 	last     time.Time
 	lastErr  error
 	scrapes  int
@@ -72,11 +81,19 @@ func New(opts Options) (*Store, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	return &Store{opts: opts, series: map[string]*twin.Series{}, byMetric: map[string][]*twin.Series{}}, nil
+	for _, u := range opts.More {
+		if u == "" {
+			return nil, fmt.Errorf("scrape: an empty exporter url")
+		}
+	}
+	return &Store{opts: opts, series: map[string]*twin.Series{}, byMetric: map[string][]*twin.Series{}, instance: map[*twin.Series]string{}}, nil
 }
 
-// URL returns the page the store reads.
+// URL returns the first page the store reads.
 func (s *Store) URL() string { return s.opts.URL }
+
+// URLs returns every page the store reads.
+func (s *Store) URLs() []string { return append([]string{s.opts.URL}, s.opts.More...) }
 
 // Scrapes returns how many pages were stored.
 func (s *Store) Scrapes() int {
@@ -101,16 +118,37 @@ func (s *Store) Scrape(ctx context.Context) error {
 	s.last = now
 	s.mu.Unlock()
 
-	fams, err := s.fetch(ctx)
+	// Each page is fetched outside the lock; one that fails leaves its
+	// series stale and the others are still stored.
+	var errs []error
+	pages := make([]map[string]*dto.MetricFamily, 0, 1+len(s.opts.More))
+	for _, u := range s.URLs() {
+		fams, err := s.fetch(ctx, u)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		pages = append(pages, fams)
+	}
+	err := errors.Join(errs...)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastErr = err
-	s.add(now, fams) // nil on error: everything goes stale
-	if err != nil {
+	for i, u := range s.URLs() {
+		s.add(now, instanceOf(u), pages[i]) // nil on error: that page's series go stale
+	}
+	if len(errs) == len(pages) {
 		return err
 	}
 	s.scrapes++
-	return nil
+	return err
+}
+
+// instanceOf is the host:port of a page's URL, Prometheus' instance label.
+func instanceOf(u string) string {
+	if p, err := url.Parse(u); err == nil && p.Host != "" {
+		return p.Host
+	}
+	return u
 }
 
 // With runs fn with the store locked, so that probes evaluated in fn see
@@ -121,22 +159,22 @@ func (s *Store) With(fn func()) {
 	fn()
 }
 
-func (s *Store) fetch(ctx context.Context) (map[string]*dto.MetricFamily, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.opts.URL, nil)
+func (s *Store) fetch(ctx context.Context, u string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", s.opts.URL, err)
+		return nil, fmt.Errorf("scrape %s: %w", u, err)
 	}
 	resp, err := s.opts.Client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", s.opts.URL, err)
+		return nil, fmt.Errorf("scrape %s: %w", u, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape %s: %s", s.opts.URL, resp.Status)
+		return nil, fmt.Errorf("scrape %s: %s", u, resp.Status)
 	}
 	fams, err := Parse(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", s.opts.URL, err)
+		return nil, fmt.Errorf("scrape %s: %w", u, err)
 	}
 	return fams, nil
 }
@@ -147,8 +185,8 @@ func Parse(r io.Reader) (map[string]*dto.MetricFamily, error) {
 	return p.TextToMetricFamilies(r)
 }
 
-// add stores one page taken at now. Guarded by mu.
-func (s *Store) add(now time.Time, fams map[string]*dto.MetricFamily) {
+// add stores one page of instance taken at now. Guarded by mu.
+func (s *Store) add(now time.Time, instance string, fams map[string]*dto.MetricFamily) {
 	t := now.UnixMilli()
 	seen := make(map[*twin.Series]bool, len(s.series))
 	for name, fam := range fams {
@@ -157,13 +195,14 @@ func (s *Store) add(now time.Time, fams map[string]*dto.MetricFamily) {
 			if !ok {
 				continue // histograms and summaries: no built-in probe reads them
 			}
-			ls := labels(m)
+			ls := labels(m, instance)
 			key := name + ls.String()
 			ser := s.series[key]
 			if ser == nil {
 				ser = &twin.Series{Metric: name, Labels: ls}
 				s.series[key] = ser
 				s.byMetric[name] = append(s.byMetric[name], ser)
+				s.instance[ser] = instance
 			}
 			ser.Samples = append(ser.Samples, twin.Sample{T: t, V: v})
 			seen[ser] = true
@@ -171,6 +210,9 @@ func (s *Store) add(now time.Time, fams map[string]*dto.MetricFamily) {
 	}
 	cut := now.Add(-s.opts.Retention).UnixMilli()
 	for key, ser := range s.series {
+		if s.instance[ser] != instance {
+			continue
+		}
 		if !seen[ser] {
 			if n := len(ser.Samples); n > 0 && !twin.IsStale(ser.Samples[n-1].V) {
 				ser.Samples = append(ser.Samples, twin.Sample{T: t, V: twin.StaleNaN})
@@ -180,6 +222,7 @@ func (s *Store) add(now time.Time, fams map[string]*dto.MetricFamily) {
 		ser.Samples = slices.Delete(ser.Samples, 0, i)
 		if len(ser.Samples) == 0 {
 			delete(s.series, key)
+			delete(s.instance, ser)
 			s.byMetric[ser.Metric] = slices.DeleteFunc(s.byMetric[ser.Metric], func(x *twin.Series) bool { return x == ser })
 		}
 	}
@@ -197,11 +240,18 @@ func value(t dto.MetricType, m *dto.Metric) (float64, bool) {
 	return math.NaN(), false
 }
 
-// labels returns m's labels sorted by name, as twin series keep them.
-func labels(m *dto.Metric) twin.Labels {
-	ls := make(twin.Labels, 0, len(m.GetLabel()))
+// labels returns m's labels and instance (unless the page sets its own,
+// as Prometheus' honor_labels keeps it) sorted by name, as twin series
+// keep them.
+func labels(m *dto.Metric, instance string) twin.Labels {
+	ls := make(twin.Labels, 0, len(m.GetLabel())+1)
+	own := false
 	for _, l := range m.GetLabel() {
 		ls = append(ls, twin.Label{Name: l.GetName(), Value: l.GetValue()})
+		own = own || l.GetName() == "instance"
+	}
+	if !own {
+		ls = append(ls, twin.Label{Name: "instance", Value: instance})
 	}
 	slices.SortFunc(ls, func(a, b twin.Label) int { return strings.Compare(a.Name, b.Name) })
 	return ls

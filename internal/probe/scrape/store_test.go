@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
+	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
 // exporter serves a page the test changes, and counts fetches.
@@ -232,7 +233,7 @@ func FuzzStorePages(f *testing.F) {
 			if err != nil {
 				fams = nil
 			}
-			s.add(t0.Add(time.Duration(i)*time.Second), fams)
+			s.add(t0.Add(time.Duration(i)*time.Second), "fuzz:1", fams)
 		}
 		for _, list := range s.byMetric {
 			for _, ser := range list {
@@ -244,4 +245,56 @@ func FuzzStorePages(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestSeveralPages scrapes two pages serving the same series, as two ranks
+// of a job do: each keeps its own series by its instance label, and a page
+// that stops answering leaves only its own series stale.
+func TestSeveralPages(t *testing.T) {
+	t.Parallel()
+	a, b := &exporter{}, &exporter{}
+	step := func(v string) string { return page(`gpuchaos_job_step_total{job="train"} ` + v) }
+	a.set(http.StatusOK, step("10"))
+	b.set(http.StatusOK, step("12"))
+	sa, sb := httptest.NewServer(a), httptest.NewServer(b)
+	t.Cleanup(sa.Close)
+	t.Cleanup(sb.Close)
+	c := &clock{t: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+	s, err := New(Options{URL: sa.URL + "/metrics", More: []string{sb.URL + "/metrics"}, Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Scrape(ctx); err != nil {
+		t.Fatal(err)
+	}
+	instances := func() map[string]float64 {
+		out := map[string]float64{}
+		s.With(func() {
+			for _, ser := range s.Select("gpuchaos_job_step_total") {
+				out[ser.Labels.Get("instance")] = ser.Samples[len(ser.Samples)-1].V
+			}
+		})
+		return out
+	}
+	got := instances()
+	ia, ib := instanceOf(sa.URL+"/metrics"), instanceOf(sb.URL+"/metrics")
+	if len(got) != 2 || got[ia] != 10 || got[ib] != 12 {
+		t.Fatalf("series by instance = %v, want %s=10 and %s=12", got, ia, ib)
+	}
+	b.set(http.StatusServiceUnavailable, "down\n")
+	c.t = c.t.Add(time.Second)
+	if err := s.Scrape(ctx); err == nil || !strings.Contains(err.Error(), sb.URL) {
+		t.Errorf("scrape with one page down: err %v, want one naming %s", err, sb.URL)
+	}
+	got = instances()
+	if got[ia] != 10 {
+		t.Errorf("the answering page's series = %v, want 10", got[ia])
+	}
+	if v := got[ib]; !twin.IsStale(v) {
+		t.Errorf("the silent page's series = %v, want a staleness marker", v)
+	}
+	if _, err := New(Options{URL: sa.URL, More: []string{""}}); err == nil {
+		t.Error("an empty extra url was accepted")
+	}
 }
