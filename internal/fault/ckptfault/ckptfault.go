@@ -91,38 +91,26 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
 // applied and no record remains, unless undoing failed too; the error
 // then says so and Recover retries.
 func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error {
-	what := fmt.Sprintf("inject %s on job %s", in.fault, ref.Job)
-	if key == "" {
-		return fmt.Errorf("%s: empty key", what)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	unlock := in.dir.Lock(key)
-	defer unlock()
-	if ok, err := in.dir.Exists(key); err != nil || ok {
+	err := in.dir.Inject(ctx, key, func() error {
+		dir, err := checkpointDir(ref, v)
 		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+			return err
+		}
+		st := state{Version: stateVersion, Key: key, Fault: in.fault, Dir: dir, Created: time.Now().UTC()}
+		switch in.fault {
+		case idKillWriter:
+			return in.killWriter(ctx, key, st, ref, v)
+		case idFill:
+			return in.fill(ctx, key, st, v)
+		case idSlow:
+			return in.slow(ctx, key, st, ref, v)
+		case idCorrupt:
+			return in.corrupt(ctx, key, st, v)
 		}
 		return nil
-	}
-	dir, err := checkpointDir(ref, v)
+	})
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	st := state{Version: stateVersion, Key: key, Fault: in.fault, Dir: dir, Created: time.Now().UTC()}
-	switch in.fault {
-	case idKillWriter:
-		err = in.killWriter(ctx, key, st, ref, v)
-	case idFill:
-		err = in.fill(ctx, key, st, v)
-	case idSlow:
-		err = in.slow(ctx, key, st, ref, v)
-	case idCorrupt:
-		err = in.corrupt(ctx, key, st, v)
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return fmt.Errorf("inject %s on job %s: %w", in.fault, ref.Job, err)
 	}
 	return nil
 }
@@ -133,45 +121,45 @@ func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v ca
 // replaced or rewritten since is left alone and reported as
 // fault.ErrTargetGone.
 func (in *Injector) Recover(ctx context.Context, key string) error {
-	if key == "" {
-		return fmt.Errorf("recover %s: empty key", in.fault)
-	}
-	unlock := in.dir.Lock(key)
-	defer unlock()
-	b, err := in.dir.Read(key)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("recover %s: %w", in.fault, err)
-	}
-	st, err := parseState(b)
-	if err != nil {
-		return fmt.Errorf("recover %s: record %s: %w", in.fault, in.dir.File(key), err)
-	}
-	if st.Key != key || st.Fault != in.fault {
-		return fmt.Errorf("recover %s: record %s holds %s key %q", in.fault, in.dir.File(key), st.Fault, st.Key)
-	}
+	var st state
 	var gone bool
-	switch st.Fault {
-	case idFill:
-		err = removeFiller(st.File)
-	case idSlow:
-		err = releaseAll(st.Confinements)
-	case idCorrupt:
-		gone, err = restore(st)
-	}
+	err := statedir.Recover(in.dir, key, in.parser(key), func(rec state) (err error) {
+		st = rec
+		switch st.Fault {
+		case idFill:
+			err = removeFiller(st.File)
+		case idSlow:
+			err = releaseAll(st.Confinements)
+		case idCorrupt:
+			gone, err = restore(st)
+		}
+		if err != nil {
+			return fmt.Errorf("in %s: %w", st.Dir, err)
+		}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("recover %s in %s: %w", in.fault, st.Dir, err)
-	}
-	if err := in.dir.Remove(key); err != nil {
 		return fmt.Errorf("recover %s: %w", in.fault, err)
+	}
+	if st.Key == "" {
+		return nil // no record
 	}
 	in.log.Info("recovered", "fault", in.fault, "key", key, "dir", st.Dir)
 	if gone {
 		return fmt.Errorf("recover %s: %s changed since the injection: %w", in.fault, st.File, fault.ErrTargetGone)
 	}
 	return nil
+}
+
+// parser decodes key's record and checks that it is this injector's.
+func (in *Injector) parser(key string) func([]byte) (state, error) {
+	return func(b []byte) (state, error) {
+		st, err := parseState(b)
+		if err == nil && (st.Key != key || st.Fault != in.fault) {
+			err = fmt.Errorf("holds %s key %q", st.Fault, st.Key)
+		}
+		return st, err
+	}
 }
 
 // checkpointDir returns the directory to act on: the path parameter, or

@@ -1,8 +1,6 @@
 package ckptfault
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -10,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/cgroup"
+	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
 )
 
@@ -51,13 +50,8 @@ type state struct {
 // inside the directory, confinements of ours, offsets inside the file.
 func parseState(b []byte) (state, error) {
 	var st state
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&st); err != nil {
-		return state{}, fmt.Errorf("decode: %w", err)
-	}
-	if dec.More() {
-		return state{}, errors.New("decode: data after the record")
+	if err := statedir.Decode(b, &st); err != nil {
+		return state{}, err
 	}
 	if st.Version != stateVersion {
 		return state{}, fmt.Errorf("version %d: this build reads version %d", st.Version, stateVersion)

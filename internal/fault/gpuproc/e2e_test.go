@@ -140,7 +140,7 @@ func TestRealBinary(t *testing.T) {
 				time.Sleep(500 * time.Millisecond)
 				during = append(during, readSMI(t))
 			}
-			st, err := readState(filepath.Join(dir, fileStem(key)+".json"))
+			st, err := readState(inj.(*Injector).dir, key)
 			if err != nil {
 				t.Fatal(err)
 			}

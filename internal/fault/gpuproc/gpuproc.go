@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,6 +17,8 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
+	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
@@ -31,9 +31,6 @@ const (
 	// TermGrace is how long a child has after SIGTERM to free the GPU
 	// and exit before it gets SIGKILL.
 	TermGrace = 10 * time.Second
-	// pollInterval is how often a stop looks at /proc for a process that
-	// is not this process's child and so cannot be waited for.
-	pollInterval = 20 * time.Millisecond
 	// abandonKillWait is how long a failed Inject waits, after the grace
 	// of SIGTERM, for SIGKILL to end its children.
 	abandonKillWait = 30 * time.Second
@@ -74,21 +71,19 @@ type Options struct {
 type Injector struct {
 	fault string
 	opts  Options
+	// dir holds the state files and serialises the calls for one key.
+	dir *statedir.Dir
 
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
-	// ours are the children this instance started and has not reaped
-	// yet, by pid: a stop waits for their reaping rather than polling.
-	ours  map[int]*proc
-	logMu sync.Mutex
+	// children are the children this instance started and has not
+	// reaped yet.
+	children childproc.Group
+	logMu    sync.Mutex
 }
 
 // proc is a child this instance started.
 type proc struct {
-	rec   childRecord
-	ready *os.File      // read end of the ready pipe
-	done  chan struct{} // closed once the child is reaped
-	err   error         // the child's exit, valid once done is closed
+	rec childRecord
+	c   *childproc.Child
 }
 
 // New returns the injector for mechanism m of fault f: burn for
@@ -108,8 +103,9 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (fault.Injector, err
 	if o.StateDir == "" {
 		return nil, fmt.Errorf("gpuproc: %s needs a state directory", f.ID)
 	}
-	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("gpuproc: state directory: %w", err)
+	dir, err := openState(o.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("gpuproc: %w", err)
 	}
 	if o.Exec == "" {
 		exe, err := os.Executable()
@@ -127,7 +123,7 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (fault.Injector, err
 	if o.termGrace == 0 {
 		o.termGrace = TermGrace
 	}
-	return &Injector{fault: f.ID, opts: o, locks: map[string]*sync.Mutex{}, ours: map[int]*proc{}}, nil
+	return &Injector{fault: f.ID, opts: o, dir: dir}, nil
 }
 
 // Inject starts the fault's children on the GPU ref names and returns
@@ -139,43 +135,37 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (fault.Injector, err
 // file remains, unless stopping a child failed too; the error then says
 // so and Recover retries.
 func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error {
-	if key == "" {
-		return fmt.Errorf("inject %s: empty key", in.fault)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("inject %s on gpu %d: %w", in.fault, ref.GPU, err)
-	}
 	argvs, err := commands(in.fault, ref.GPU, v, childDuration(ctx, time.Now()))
+	if err == nil {
+		err = in.dir.Inject(ctx, key, func() error { return in.inject(ctx, key, ref.GPU, argvs) })
+	}
 	if err != nil {
 		return fmt.Errorf("inject %s on gpu %d: %w", in.fault, ref.GPU, err)
 	}
-	unlock := in.lock(key)
-	defer unlock()
-	statePath, logPath := in.paths(key)
-	switch _, err := os.Stat(statePath); {
-	case err == nil:
-		return nil
-	case !errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("inject %s on gpu %d: %w", in.fault, ref.GPU, err)
-	}
-	st := state{Version: stateVersion, Key: key, Fault: in.fault, GPU: ref.GPU, Created: time.Now().UTC()}
+	return nil
+}
+
+// inject records key and starts its children; the caller holds key's
+// lock.
+func (in *Injector) inject(ctx context.Context, key string, gpu int, argvs [][]string) error {
+	logPath := in.logPath(key)
+	st := state{Version: stateVersion, Key: key, Fault: in.fault, GPU: gpu, Created: time.Now().UTC()}
 	// Recorded before anything starts: a crash from here on leaves a
 	// state file, which the engine's recovery finds.
-	if err := writeState(statePath, st); err != nil {
-		return fmt.Errorf("inject %s on gpu %d: %w", in.fault, ref.GPU, err)
+	if err := in.dir.Write(key, st); err != nil {
+		return err
 	}
 	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return in.abandon(ctx, statePath, nil, fmt.Errorf("inject %s on gpu %d: open the log: %w", in.fault, ref.GPU, err))
+		return in.abandon(ctx, key, nil, fmt.Errorf("open the log: %w", err))
 	}
 	defer log.Close()
 	logStart, _ := log.Seek(0, io.SeekEnd)
 	fail := func(procs []*proc, err error) error {
-		err = fmt.Errorf("inject %s on gpu %d: %w", in.fault, ref.GPU, err)
 		if tail := logTail(logPath, logStart); tail != "" {
 			err = fmt.Errorf("%w; log %s ends: %s", err, logPath, tail)
 		}
-		return in.abandon(ctx, statePath, procs, err)
+		return in.abandon(ctx, key, procs, err)
 	}
 	var procs []*proc
 	for _, argv := range argvs {
@@ -185,7 +175,7 @@ func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v ca
 		}
 		procs = append(procs, p)
 		st.Children = append(st.Children, p.rec)
-		if err := writeState(statePath, st); err != nil {
+		if err := in.dir.Write(key, st); err != nil {
 			return fail(procs, err)
 		}
 		in.logf("gpuproc: %s: started pid %d: %s", key, p.rec.PID, strings.Join(p.rec.Argv, " "))
@@ -203,7 +193,7 @@ func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v ca
 // be what failed, but are bounded: a child stuck in the driver past
 // SIGKILL is left to Recover. It returns cause, joined with any failure to
 // clean up.
-func (in *Injector) abandon(ctx context.Context, statePath string, procs []*proc, cause error) error {
+func (in *Injector) abandon(ctx context.Context, key string, procs []*proc, cause error) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.opts.termGrace+abandonKillWait)
 	defer cancel()
 	var errs []error
@@ -213,7 +203,7 @@ func (in *Injector) abandon(ctx context.Context, statePath string, procs []*proc
 		}
 	}
 	if len(errs) == 0 {
-		if err := removeState(statePath); err != nil {
+		if err := in.dir.Remove(key); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -230,46 +220,23 @@ func (in *Injector) abandon(ctx context.Context, statePath string, procs []*proc
 // crashed one started. No state file, or children that already ended, is
 // success. A process that reused a recorded pid is never signalled.
 func (in *Injector) Recover(ctx context.Context, key string) error {
-	if key == "" {
-		return fmt.Errorf("recover %s: empty key", in.fault)
-	}
-	unlock := in.lock(key)
-	defer unlock()
-	statePath, _ := in.paths(key)
-	st, err := readState(statePath)
-	if errors.Is(err, os.ErrNotExist) {
+	err := statedir.Recover(in.dir, key, parseState, func(st state) error {
+		for _, c := range st.Children {
+			if err := in.stop(ctx, c); err != nil {
+				return fmt.Errorf("gpu %d: %w", st.GPU, err)
+			}
+		}
 		return nil
-	}
+	})
 	if err != nil {
 		return fmt.Errorf("recover %s: %w", in.fault, err)
-	}
-	for _, c := range st.Children {
-		if err := in.stop(ctx, c); err != nil {
-			return fmt.Errorf("recover %s on gpu %d: %w", in.fault, st.GPU, err)
-		}
-	}
-	if err := removeState(statePath); err != nil {
-		return fmt.Errorf("recover %s on gpu %d: %w", in.fault, st.GPU, err)
 	}
 	return nil
 }
 
-// lock serialises calls for one key and returns the unlock.
-func (in *Injector) lock(key string) func() {
-	in.mu.Lock()
-	l, ok := in.locks[key]
-	if !ok {
-		l = &sync.Mutex{}
-		in.locks[key] = l
-	}
-	in.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
-
-func (in *Injector) paths(key string) (statePath, logPath string) {
-	stem := filepath.Join(in.opts.StateDir, fileStem(key))
-	return stem + ".json", stem + ".log"
+// logPath is where the key's children write: beside its state file.
+func (in *Injector) logPath(key string) string {
+	return filepath.Join(in.dir.Path(), in.dir.Name(key)+".log")
 }
 
 func (in *Injector) logf(format string, args ...any) {
@@ -284,80 +251,13 @@ func (in *Injector) logf(format string, args ...any) {
 // start runs one child and returns once it exists and its start time is
 // known.
 func (in *Injector) start(argv []string, log *os.File) (*proc, error) {
-	r, w, err := os.Pipe()
+	c, err := in.children.Start(childproc.Spec{Path: in.opts.Exec, Args: argv, Output: log,
+		Env: childEnv(os.Environ(), in.opts.env), NoPdeathsig: in.opts.noPdeathsig})
 	if err != nil {
-		return nil, fmt.Errorf("start %s: ready pipe: %w", argv[0], err)
+		return nil, err
 	}
-	type started struct {
-		p   *proc
-		err error
-	}
-	ch := make(chan started, 1)
-	go func() {
-		// Pdeathsig is sent when the thread that forked the child exits,
-		// not when the process does. The Go runtime may end or reuse any
-		// thread a goroutine is not locked to, so this goroutine locks
-		// its thread before forking and keeps it, blocked in Wait, until
-		// the child is reaped; it never unlocks, so when it returns the
-		// runtime ends the thread, which by then no child depends on.
-		// The thread thus dies before the child only when the whole
-		// process dies, which is exactly when the child must die too.
-		runtime.LockOSThread()
-		p, cmd, err := in.spawn(argv, log, r, w)
-		ch <- started{p, err}
-		if err != nil {
-			return
-		}
-		p.err = cmd.Wait()
-		in.mu.Lock()
-		delete(in.ours, p.rec.PID)
-		in.mu.Unlock()
-		close(p.done)
-	}()
-	s := <-ch
-	if s.err != nil {
-		_ = r.Close()
-		return nil, fmt.Errorf("start %s: %w", argv[0], s.err)
-	}
-	return s.p, nil
-}
-
-// spawn forks and execs the child on the calling (locked) thread and
-// records it; on error nothing runs.
-func (in *Injector) spawn(argv []string, log, r, w *os.File) (*proc, *exec.Cmd, error) {
-	cmd := exec.Command(in.opts.Exec, argv...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.ExtraFiles = []*os.File{w} // descriptor 3, as --ready-fd says
-	cmd.Env = childEnv(os.Environ(), in.opts.env)
-	// A group of its own: the child's children, if it ever has any, are
-	// stopped with it, and a terminal's ^C to gpuchaos does not reach it
-	// behind the engine's back (the engine recovers it in order).
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if !in.opts.noPdeathsig {
-		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-	}
-	err := cmd.Start()
-	// The child holds its own copy; ours must go, or the pipe would never
-	// reach end of file when the child dies before it is ready.
-	_ = w.Close()
-	if err != nil {
-		return nil, nil, err
-	}
-	pid := cmd.Process.Pid
-	// Read before Wait, so the child cannot have been reaped and its pid
-	// reused yet (a child that already exited is a zombie, still listed).
-	st, err := readStat(pid)
-	if err != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return nil, nil, fmt.Errorf("read the start time of pid %d: %w", pid, err)
-	}
-	p := &proc{rec: childRecord{PID: pid, StartTicks: st.StartTicks, Argv: append([]string{in.opts.Exec}, argv...)},
-		ready: r, done: make(chan struct{})}
-	in.mu.Lock()
-	in.ours[pid] = p
-	in.mu.Unlock()
-	return p, cmd, nil
+	rec := childRecord{PID: c.Proc.PID, StartTicks: c.Proc.StartTicks, Argv: append([]string{in.opts.Exec}, argv...)}
+	return &proc{rec: rec, c: c}, nil
 }
 
 // childEnv is the parent's environment without CUDA_VISIBLE_DEVICES, so
@@ -376,19 +276,19 @@ func childEnv(parent, extra []string) []string {
 // awaitReady reads the child's ready line; end of file first means the
 // child exited (or closed the pipe) before taking its resource.
 func (in *Injector) awaitReady(ctx context.Context, p *proc) error {
-	defer p.ready.Close()
+	defer p.c.Ready.Close()
 	// ctx's own deadline is left to the AfterFunc below, which runs only
 	// once ctx.Err is set, so the error says which bound ended the wait.
-	if err := p.ready.SetReadDeadline(time.Now().Add(in.opts.readyTimeout)); err != nil {
+	if err := p.c.Ready.SetReadDeadline(time.Now().Add(in.opts.readyTimeout)); err != nil {
 		return fmt.Errorf("pid %d: ready pipe: %w", p.rec.PID, err)
 	}
 	// A cancelled ctx moves the deadline to now, which ends the read.
-	stop := context.AfterFunc(ctx, func() { _ = p.ready.SetReadDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { _ = p.c.Ready.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
 	var got []byte
 	buf := make([]byte, 64)
 	for !bytes.Contains(got, []byte("\n")) && len(got) < 64 {
-		n, err := p.ready.Read(buf)
+		n, err := p.c.Ready.Read(buf)
 		got = append(got, buf[:n]...)
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -412,96 +312,19 @@ func (in *Injector) awaitReady(ctx context.Context, p *proc) error {
 	// The pipe closed when the child exited; its exit status follows at
 	// once, from the goroutine that waits for it.
 	select {
-	case <-p.done:
-		return fmt.Errorf("pid %d exited before it was ready: %v", p.rec.PID, p.err)
+	case <-p.c.Done():
+		return fmt.Errorf("pid %d exited before it was ready: %v", p.rec.PID, p.c.Err())
 	case <-time.After(time.Second):
 		return fmt.Errorf("pid %d closed its ready pipe without writing", p.rec.PID)
 	}
 }
 
-// stop ends one recorded child and returns once it is gone.
+// stop ends one recorded child (SIGTERM to its process group, SIGKILL
+// after TermGrace) and returns once it is gone.
 func (in *Injector) stop(ctx context.Context, c childRecord) error {
-	if c.PID == os.Getpid() || c.PID == unix.Getpgrp() {
-		// Never ourselves: only a forged state file could name us.
-		return fmt.Errorf("pid %d: state names this process or its group", c.PID)
-	}
-	in.mu.Lock()
-	mine := in.ours[c.PID]
-	in.mu.Unlock()
-	if mine != nil && mine.rec.StartTicks != c.StartTicks {
-		mine = nil
-	}
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-		// The start time is checked right before each signal, so a pid
-		// that was reused is never signalled.
-		alive, err := running(c)
-		if err != nil {
-			return fmt.Errorf("pid %d: %w", c.PID, err)
-		}
-		if !alive {
-			break
-		}
-		if err := syscall.Kill(-c.PID, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-			return fmt.Errorf("signal process group %d: %w", c.PID, err)
-		}
+	return in.children.Stop(ctx, c.id(), in.opts.termGrace, func(sig syscall.Signal) {
 		in.logf("gpuproc: sent %s to process group %d", unix.SignalName(sig), c.PID)
-		wait := in.opts.termGrace
-		if sig == syscall.SIGKILL {
-			wait = 0 // until gone or ctx ends
-		}
-		gone, err := waitGone(ctx, c, mine, wait)
-		if err != nil {
-			return err
-		}
-		if gone {
-			break
-		}
-	}
-	if mine != nil {
-		// Gone from /proc's point of view (a zombie counts) is not yet
-		// reaped: wait for the goroutine that reaps it.
-		select {
-		case <-mine.done:
-		case <-ctx.Done():
-			return fmt.Errorf("pid %d: waiting for it to be reaped: %w", c.PID, ctx.Err())
-		}
-	}
-	return nil
-}
-
-// waitGone waits until the child no longer runs, for at most limit (0:
-// no limit but ctx), and reports whether it is gone.
-func waitGone(ctx context.Context, c childRecord, mine *proc, limit time.Duration) (bool, error) {
-	var expire <-chan time.Time
-	if limit > 0 {
-		t := time.NewTimer(limit)
-		defer t.Stop()
-		expire = t.C
-	}
-	var done <-chan struct{}
-	if mine != nil {
-		done = mine.done
-	}
-	tick := time.NewTicker(pollInterval)
-	defer tick.Stop()
-	for {
-		alive, err := running(c)
-		if err != nil {
-			return false, fmt.Errorf("pid %d: %w", c.PID, err)
-		}
-		if !alive {
-			return true, nil
-		}
-		select {
-		case <-done:
-			return true, nil
-		case <-expire:
-			return false, nil
-		case <-ctx.Done():
-			return false, fmt.Errorf("pid %d: waiting for it to exit: %w", c.PID, ctx.Err())
-		case <-tick.C:
-		}
-	}
+	})
 }
 
 // logTail returns the last lines written to the log from offset on,

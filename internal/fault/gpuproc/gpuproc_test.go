@@ -19,6 +19,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
@@ -104,14 +105,14 @@ func (r rig) alive(t *testing.T) []int {
 	t.Helper()
 	var out []int
 	for _, rec := range r.records(t) {
-		if st, err := readStat(rec.PID); err == nil && st.State != 'Z' && st.State != 'X' {
+		if st, err := procfind.ReadStat(rec.PID); err == nil && st.State != 'Z' && st.State != 'X' {
 			out = append(out, rec.PID)
 		}
 	}
 	return out
 }
 
-func (r rig) statePath(key string) string { s, _ := r.inj.paths(key); return s }
+func (r rig) statePath(key string) string { return r.inj.dir.File(key) }
 
 func (r rig) stateExists(t *testing.T, key string) bool {
 	t.Helper()
@@ -188,7 +189,7 @@ func TestInjectStartsTheCommands(t *testing.T) {
 			if err := r.inj.Inject(shortHold(), key, target.Ref{GPU: 2}, tc.values); err != nil {
 				t.Fatal(err)
 			}
-			st, err := readState(r.statePath(key))
+			st, err := readState(r.inj.dir, key)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -393,7 +394,7 @@ func TestRecoverAfterInjectorKilled(t *testing.T) {
 				_ = helper.Wait()
 				t.Fatalf("helper said %q (stderr %q)", line, stderr.String())
 			}
-			st, err := readState(r.statePath(key))
+			st, err := readState(r.inj.dir, key)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -441,14 +442,14 @@ func TestRecoverSparesARecycledPID(t *testing.T) {
 	var waitErr error
 	go func() { waitErr = bystander.Wait(); close(exited) }()
 	t.Cleanup(func() { _ = bystander.Process.Kill(); <-exited })
-	stat, err := readStat(bystander.Process.Pid)
+	stat, err := procfind.ReadStat(bystander.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const key = "exp/recycled"
 	st := state{Version: stateVersion, Key: key, Fault: "exhaustion.vram", Created: time.Now(),
 		Children: []childRecord{{PID: bystander.Process.Pid, StartTicks: stat.StartTicks + 1, Argv: []string{"gpuchaos", "exhaust", "vram"}}}}
-	if err := writeState(r.statePath(key), st); err != nil {
+	if err := r.inj.dir.Write(key, st); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.inj.Recover(context.Background(), key); err != nil {

@@ -1,27 +1,11 @@
 package gpuproc
 
-import (
-	"errors"
-	"os"
+import "github.com/gpuchaos/gpuchaos/internal/procfind"
 
-	"github.com/gpuchaos/gpuchaos/internal/procfind"
-)
-
-// readStat reads a process's stat; a process that does not exist is
-// os.ErrNotExist. The parser lives in internal/procfind, shared with the
-// workload and checkpoint injectors.
-func readStat(pid int) (procfind.Stat, error) { return procfind.ReadStat(pid) }
+// id is the record's identity, for procfind's and childproc's checks.
+func (c childRecord) id() procfind.Proc { return procfind.Proc{PID: c.PID, StartTicks: c.StartTicks} }
 
 // running reports whether the recorded child still runs: the pid exists,
 // has the recorded start time (so it was not reused) and is not a zombie
 // (a zombie is dead; only its exit status waits for its parent).
-func running(c childRecord) (bool, error) {
-	st, err := readStat(c.PID)
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return st.StartTicks == c.StartTicks && st.State != 'Z' && st.State != 'X', nil
-}
+func running(c childRecord) (bool, error) { return c.id().Alive() }

@@ -3,18 +3,20 @@ package gpuproc
 import (
 	"os"
 	"testing"
+
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
 )
 
 // The parser of /proc/PID/stat is tested and fuzzed in internal/procfind.
 
-func TestReadStatOfThisProcess(t *testing.T) {
+func TestRunning(t *testing.T) {
 	t.Parallel()
-	st, err := readStat(os.Getpid())
+	st, err := procfind.ReadStat(os.Getpid())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if st.StartTicks == 0 || (st.State != 'R' && st.State != 'S') {
-		t.Fatalf("readStat(self) = %+v", st)
+		t.Fatalf("procfind.ReadStat(self) = %+v", st)
 	}
 	ok, err := running(childRecord{PID: os.Getpid(), StartTicks: st.StartTicks})
 	if err != nil || !ok {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
 )
 
 func TestParseState(t *testing.T) {
@@ -23,7 +25,7 @@ func TestParseState(t *testing.T) {
 		{name: "good", in: good},
 		{name: "no children yet", in: `{"version":1,"key":"k","children":[]}`},
 		{name: "not json", in: `{"version":`, wantErr: "decode"},
-		{name: "trailing data", in: good + `{}`, wantErr: "after the state object"},
+		{name: "trailing data", in: good + `{}`, wantErr: "after the record"},
 		{name: "unknown field", in: `{"version":1,"key":"k","pgid":5}`, wantErr: "unknown field"},
 		{name: "other version", in: `{"version":2,"key":"k"}`, wantErr: "version 2"},
 		{name: "no key", in: `{"version":1}`, wantErr: "no key"},
@@ -53,16 +55,24 @@ func TestParseState(t *testing.T) {
 func TestStateRoundTrip(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	path := filepath.Join(dir, fileStem("exp/1")+".json")
-	if _, err := readState(path); !errors.Is(err, os.ErrNotExist) {
+	d, err := openState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const key = "exp/1"
+	// The name an earlier version wrote, which an upgraded node must find.
+	if got, want := d.File(key), filepath.Join(dir, "exp%2F1.json"); got != want {
+		t.Fatalf("state file of %q is %s, want %s", key, got, want)
+	}
+	if _, err := readState(d, key); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("readState of no file = %v, want ErrNotExist", err)
 	}
-	st := state{Version: stateVersion, Key: "exp/1", Fault: "exhaustion.sm-burn", GPU: 1, Created: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+	st := state{Version: stateVersion, Key: key, Fault: "exhaustion.sm-burn", GPU: 1, Created: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
 	for i := range 3 {
-		if err := writeState(path, st); err != nil {
+		if err := d.Write(key, st); err != nil {
 			t.Fatal(err)
 		}
-		got, err := readState(path)
+		got, err := readState(d, key)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,10 +81,16 @@ func TestStateRoundTrip(t *testing.T) {
 		}
 		st.Children = append(st.Children, childRecord{PID: 100 + i, StartTicks: uint64(5 + i), Argv: []string{"gpuchaos", "burn"}})
 	}
-	if err := removeState(path); err != nil {
+	if err := os.WriteFile(d.File(key), make([]byte, maxStateBytes+1), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := removeState(path); err != nil {
+	if _, err := readState(d, key); err == nil || !strings.Contains(err.Error(), "over") {
+		t.Fatalf("readState of an oversized file = %v, want an error", err)
+	}
+	if err := d.Remove(key); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Remove(key); err != nil {
 		t.Fatalf("removing a missing state: %v", err)
 	}
 	ents, err := os.ReadDir(dir)
@@ -132,3 +148,6 @@ func FuzzParseState(f *testing.F) {
 		}
 	})
 }
+
+// readState loads the key's state as Recover does.
+func readState(d *statedir.Dir, key string) (state, error) { return statedir.Load(d, key, parseState) }

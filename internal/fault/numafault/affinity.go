@@ -20,7 +20,7 @@ const affinityPasses = 4
 
 // injectAffinity pins every thread of the rank to the remote node's CPUs,
 // recording each thread's mask in the state file before changing it.
-func (in *Injector) injectAffinity(ctx context.Context, path string, st state, topo numa.Topology, ref target.Ref, v catalog.Values) error {
+func (in *Injector) injectAffinity(ctx context.Context, st state, topo numa.Topology, ref target.Ref, v catalog.Values) error {
 	to, err := remoteNode(topo, st.GPUNode, v.Int("node"), numa.HasCPUs, "CPUs")
 	if err != nil {
 		return err
@@ -42,14 +42,14 @@ func (in *Injector) injectAffinity(ctx context.Context, path string, st state, t
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := writeState(path, st); err != nil {
+	if err := in.dir.Write(st.Key, st); err != nil {
 		return err
 	}
 	fail := func(cause error) error {
 		if err := in.restoreAffinity(st); err != nil {
 			return errors.Join(cause, fmt.Errorf("restore (Recover retries): %w", err))
 		}
-		return errors.Join(cause, removeState(path))
+		return errors.Join(cause, in.dir.Remove(st.Key))
 	}
 	done := map[int]bool{}
 	for pass := 0; pass < affinityPasses; pass++ {
@@ -83,7 +83,7 @@ func (in *Injector) injectAffinity(ctx context.Context, path string, st state, t
 		}
 		// Recorded before any of them changes.
 		st.Threads = append(st.Threads, fresh...)
-		if err := writeState(path, st); err != nil {
+		if err := in.dir.Write(st.Key, st); err != nil {
 			return fail(err)
 		}
 		for _, th := range fresh {
@@ -101,7 +101,7 @@ func (in *Injector) injectAffinity(ctx context.Context, path string, st state, t
 // mask back. Threads born during the fault inherited the remote mask and
 // are not in the state file; they get the mask the rank's main thread had.
 func (in *Injector) restoreAffinity(st state) error {
-	ok, err := alive(*st.Target)
+	ok, err := st.Target.Alive()
 	if err != nil || !ok {
 		return err
 	}

@@ -7,25 +7,15 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
 	"github.com/gpuchaos/gpuchaos/internal/numa"
 )
-
-// child is a hog this instance started.
-type child struct {
-	id    procID
-	ready *os.File      // read end of the ready pipe
-	done  chan struct{} // closed once reaped
-	err   error         // its exit, valid once done is closed
-}
 
 // hogDuration is how long a hog runs: the context's hold time plus
 // HoldMargin, DefaultHold without one, at least HoldMargin, in whole
@@ -71,7 +61,7 @@ func (in *Injector) hogArgs(ctx context.Context, st state, n numa.Node, v catalo
 
 // injectHog starts the hog on the GPU's node and returns once it holds
 // its memory or CPUs.
-func (in *Injector) injectHog(ctx context.Context, path string, st state, topo numa.Topology, v catalog.Values) error {
+func (in *Injector) injectHog(ctx context.Context, st state, topo numa.Topology, v catalog.Values) error {
 	n, _ := topo.Node(st.GPUNode)
 	args, err := in.hogArgs(ctx, st, n, v)
 	if err != nil {
@@ -79,198 +69,90 @@ func (in *Injector) injectHog(ctx context.Context, path string, st state, topo n
 	}
 	// Recorded before the child starts: a crash from here on leaves a
 	// state file for recovery, and the child dies with us (Pdeathsig).
-	if err := writeState(path, st); err != nil {
+	if err := in.dir.Write(st.Key, st); err != nil {
 		return err
 	}
-	logPath := filepath.Join(in.opts.StateDir, fileStem(st.Key)+".log")
+	logPath := filepath.Join(in.dir.Path(), in.dir.Name(st.Key)+".log")
 	log, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
-		return errors.Join(fmt.Errorf("open the hog's log: %w", err), removeState(path))
+		return errors.Join(fmt.Errorf("open the hog's log: %w", err), in.dir.Remove(st.Key))
 	}
 	defer log.Close()
 	logStart, _ := log.Seek(0, io.SeekEnd)
 	c, err := in.start(append(append([]string{}, in.opts.ExecArgs...), args...), log)
 	if err != nil {
-		return errors.Join(err, removeState(path))
+		return errors.Join(err, in.dir.Remove(st.Key))
 	}
-	st.Child = &c.id
+	st.Child = &c.Proc
 	fail := func(cause error) error {
 		if tail := logTail(logPath, logStart); tail != "" {
 			cause = fmt.Errorf("%w; log %s ends: %s", cause, logPath, tail)
 		}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.opts.termGrace+30*time.Second)
 		defer cancel()
-		if err := in.stopHog(sctx, c.id); err != nil {
+		if err := in.stopHog(sctx, c.Proc); err != nil {
 			// Keep the state file so Recover can retry.
-			_ = writeState(path, st)
+			_ = in.dir.Write(st.Key, st)
 			return errors.Join(cause, fmt.Errorf("stop the hog (Recover retries): %w", err))
 		}
-		return errors.Join(cause, removeState(path))
+		return errors.Join(cause, in.dir.Remove(st.Key))
 	}
-	if err := writeState(path, st); err != nil {
+	if err := in.dir.Write(st.Key, st); err != nil {
 		return fail(err)
 	}
 	if err := in.awaitReady(ctx, c); err != nil {
 		return fail(err)
 	}
-	in.logf("numafault: %s: hog pid %d holds node %d", st.Key, c.id.PID, n.ID)
+	in.logf("numafault: %s: hog pid %d holds node %d", st.Key, c.Proc.PID, n.ID)
 	return nil
 }
 
 // start runs the hog and returns once its start time is known.
-func (in *Injector) start(args []string, log *os.File) (*child, error) {
-	r, w, err := os.Pipe()
+func (in *Injector) start(args []string, log *os.File) (*childproc.Child, error) {
+	c, err := in.children.Start(childproc.Spec{Path: in.opts.Exec, Args: args, Output: log,
+		Env: append(os.Environ(), in.opts.env...), NoPdeathsig: in.opts.noPdeathsig})
 	if err != nil {
-		return nil, fmt.Errorf("start the hog: ready pipe: %w", err)
+		return nil, fmt.Errorf("start the hog: %w", err)
 	}
-	type started struct {
-		c   *child
-		err error
-	}
-	ch := make(chan started, 1)
-	go func() {
-		// Pdeathsig fires when the thread that forked the child exits,
-		// not the process. This goroutine keeps its thread locked, blocked
-		// in Wait, for the child's whole life and never unlocks, so the
-		// thread ends before the child only when the process dies.
-		runtime.LockOSThread()
-		cmd := exec.Command(in.opts.Exec, args...)
-		cmd.Stdout, cmd.Stderr = log, log
-		cmd.ExtraFiles = []*os.File{w} // descriptor 3, as --ready-fd=3 says
-		cmd.Env = append(os.Environ(), in.opts.env...)
-		// A group of its own: a terminal's ^C to gpuchaos does not reach
-		// the hog behind the engine's back.
-		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-		if !in.opts.noPdeathsig {
-			cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
-		}
-		err := cmd.Start()
-		_ = w.Close() // the child holds its own copy
-		if err != nil {
-			ch <- started{err: err}
-			return
-		}
-		// Read before Wait, so the pid cannot have been reused yet.
-		pst, err := readStat(cmd.Process.Pid, 0)
-		if err != nil {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			ch <- started{err: fmt.Errorf("read the start time of pid %d: %w", cmd.Process.Pid, err)}
-			return
-		}
-		c := &child{id: procID{PID: cmd.Process.Pid, StartTicks: pst.StartTicks}, ready: r, done: make(chan struct{})}
-		in.mu.Lock()
-		in.ours[c.id.PID] = c
-		in.mu.Unlock()
-		ch <- started{c: c}
-		c.err = cmd.Wait()
-		in.mu.Lock()
-		delete(in.ours, c.id.PID)
-		in.mu.Unlock()
-		close(c.done)
-	}()
-	s := <-ch
-	if s.err != nil {
-		_ = r.Close()
-		return nil, fmt.Errorf("start the hog %s: %w", in.opts.Exec, s.err)
-	}
-	return s.c, nil
+	return c, nil
 }
 
 // awaitReady reads the hog's "ready" line; end of file first means it
 // exited before it held anything.
-func (in *Injector) awaitReady(ctx context.Context, c *child) error {
-	defer c.ready.Close()
-	if err := c.ready.SetReadDeadline(time.Now().Add(ReadyTimeout)); err != nil {
-		return fmt.Errorf("hog pid %d: ready pipe: %w", c.id.PID, err)
+func (in *Injector) awaitReady(ctx context.Context, c *childproc.Child) error {
+	defer c.Ready.Close()
+	if err := c.Ready.SetReadDeadline(time.Now().Add(ReadyTimeout)); err != nil {
+		return fmt.Errorf("hog pid %d: ready pipe: %w", c.Proc.PID, err)
 	}
-	stop := context.AfterFunc(ctx, func() { _ = c.ready.SetReadDeadline(time.Unix(1, 0)) })
+	stop := context.AfterFunc(ctx, func() { _ = c.Ready.SetReadDeadline(time.Unix(1, 0)) })
 	defer stop()
-	got, err := io.ReadAll(io.LimitReader(c.ready, 64))
+	got, err := io.ReadAll(io.LimitReader(c.Ready, 64))
 	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil:
-		return fmt.Errorf("hog pid %d: waiting for ready: %w", c.id.PID, ctx.Err())
+		return fmt.Errorf("hog pid %d: waiting for ready: %w", c.Proc.PID, ctx.Err())
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("hog pid %d: not ready after %s", c.id.PID, ReadyTimeout)
+		return fmt.Errorf("hog pid %d: not ready after %s", c.Proc.PID, ReadyTimeout)
 	case err != nil:
-		return fmt.Errorf("hog pid %d: ready pipe: %w", c.id.PID, err)
+		return fmt.Errorf("hog pid %d: ready pipe: %w", c.Proc.PID, err)
 	case bytes.HasPrefix(got, []byte("ready\n")):
 		return nil
 	}
 	select {
-	case <-c.done:
-		return fmt.Errorf("hog pid %d exited before it was ready: %v", c.id.PID, c.err)
+	case <-c.Done():
+		return fmt.Errorf("hog pid %d exited before it was ready: %v", c.Proc.PID, c.Err())
 	case <-time.After(time.Second):
-		return fmt.Errorf("hog pid %d closed its ready pipe without writing ready", c.id.PID)
+		return fmt.Errorf("hog pid %d closed its ready pipe without writing ready", c.Proc.PID)
 	}
 }
 
 // stopHog ends a recorded hog (SIGTERM to its group, SIGKILL after the
 // grace) and returns once it is gone, and reaped when it is ours.
 func (in *Injector) stopHog(ctx context.Context, id procID) error {
-	if id.PID == os.Getpid() || id.PID == syscall.Getpgrp() {
-		return fmt.Errorf("pid %d: state names this process or its group", id.PID)
-	}
-	in.mu.Lock()
-	mine := in.ours[id.PID]
-	in.mu.Unlock()
-	if mine != nil && mine.id != id {
-		mine = nil
-	}
-	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
-		if err := signalChecked(id, sig); err != nil {
-			return fmt.Errorf("stop hog pid %d: %w", id.PID, err)
-		}
-		limit := in.opts.termGrace
-		if sig == syscall.SIGKILL {
-			limit = 0
-		}
-		gone, err := waitGone(ctx, id, limit)
-		if err != nil {
-			return fmt.Errorf("stop hog pid %d: %w", id.PID, err)
-		}
-		if gone {
-			break
-		}
-	}
-	if mine != nil {
-		select {
-		case <-mine.done:
-		case <-ctx.Done():
-			return fmt.Errorf("stop hog pid %d: waiting for it to be reaped: %w", id.PID, ctx.Err())
-		}
+	if err := in.children.Stop(ctx, id, in.opts.termGrace, nil); err != nil {
+		return fmt.Errorf("stop hog: %w", err)
 	}
 	in.logf("numafault: stopped hog pid %d", id.PID)
 	return nil
-}
-
-// waitGone polls until the process no longer runs, for at most limit (0:
-// until ctx ends), and reports whether it is gone.
-func waitGone(ctx context.Context, id procID, limit time.Duration) (bool, error) {
-	var expire <-chan time.Time
-	if limit > 0 {
-		t := time.NewTimer(limit)
-		defer t.Stop()
-		expire = t.C
-	}
-	tick := time.NewTicker(pollInterval)
-	defer tick.Stop()
-	for {
-		ok, err := alive(id)
-		if err != nil {
-			return false, err
-		}
-		if !ok {
-			return true, nil
-		}
-		select {
-		case <-expire:
-			return false, nil
-		case <-ctx.Done():
-			return false, ctx.Err()
-		case <-tick.C:
-		}
-	}
 }
 
 // logTail returns the last lines written to the log from offset on.

@@ -62,7 +62,7 @@ func injectorRole() int {
 		fmt.Println("error", err)
 		return 1
 	}
-	st, err := readState(in.(*Injector).statePath("crash/0"))
+	st, err := readState(in.(*Injector).dir, "crash/0")
 	if err != nil || st.Child == nil {
 		fmt.Println("error", err)
 		return 1

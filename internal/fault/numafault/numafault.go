@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
+	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
 	"github.com/gpuchaos/gpuchaos/internal/numa"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 )
@@ -36,8 +37,7 @@ const (
 	// memory or CPUs; touching a node's worth of memory takes seconds.
 	ReadyTimeout = 2 * time.Minute
 	// TermGrace is how long a hog has after SIGTERM before SIGKILL.
-	TermGrace    = 5 * time.Second
-	pollInterval = 20 * time.Millisecond
+	TermGrace = 5 * time.Second
 )
 
 // Options configure New. The zero value of each field is its documented
@@ -95,13 +95,14 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (fault.Injector, err
 	if o.StateDir == "" {
 		return nil, fmt.Errorf("numafault: %s needs a state directory", f.ID)
 	}
-	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("numafault: state directory: %w", err)
+	dir, err := openState(o.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("numafault: %w", err)
 	}
 	if o.termGrace == 0 {
 		o.termGrace = TermGrace
 	}
-	in := &Injector{fault: f.ID, opts: o, locks: map[string]*sync.Mutex{}, ours: map[int]*child{}}
+	in := &Injector{fault: f.ID, opts: o, dir: dir}
 	if f.ID == "numa.memory-pressure" || f.ID == "numa.cpu-saturation" {
 		if o.Exec == "" {
 			exe, err := os.Executable()
@@ -122,12 +123,12 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (fault.Injector, err
 type Injector struct {
 	fault string
 	opts  Options
+	// dir holds the state files and serialises the calls for one key.
+	dir *statedir.Dir
 
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
-	// ours are the hogs this instance started and has not reaped, by pid.
-	ours  map[int]*child
-	logMu sync.Mutex
+	// children are the hogs this instance started and has not reaped.
+	children childproc.Group
+	logMu    sync.Mutex
 }
 
 // Inject applies the fault to the rank or GPU ref names. Injecting a key
@@ -135,34 +136,21 @@ type Injector struct {
 // state file remains, unless undoing failed too; the error then says so
 // and Recover retries.
 func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error {
-	if key == "" {
-		return fmt.Errorf("inject %s: empty key", in.fault)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("inject %s on gpu %d: %w", in.fault, ref.GPU, err)
-	}
-	unlock := in.lock(key)
-	defer unlock()
-	path := in.statePath(key)
-	switch _, err := os.Stat(path); {
-	case err == nil:
-		return nil
-	case !errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("inject %s on gpu %d: %w", in.fault, ref.GPU, err)
-	}
-	topo, gpuNode, err := in.placement(ctx, ref.GPU)
-	if err != nil {
-		return fmt.Errorf("inject %s on gpu %d: %w", in.fault, ref.GPU, err)
-	}
-	st := state{Version: stateVersion, Key: key, Fault: in.fault, GPU: ref.GPU, GPUNode: gpuNode, Created: time.Now().UTC()}
-	switch in.fault {
-	case "numa.remote-memory":
-		err = in.injectPages(ctx, path, st, topo, ref, v)
-	case "numa.wrong-affinity":
-		err = in.injectAffinity(ctx, path, st, topo, ref, v)
-	default:
-		err = in.injectHog(ctx, path, st, topo, v)
-	}
+	err := in.dir.Inject(ctx, key, func() error {
+		topo, gpuNode, err := in.placement(ctx, ref.GPU)
+		if err != nil {
+			return err
+		}
+		st := state{Version: stateVersion, Key: key, Fault: in.fault, GPU: ref.GPU, GPUNode: gpuNode, Created: time.Now().UTC()}
+		switch in.fault {
+		case "numa.remote-memory":
+			return in.injectPages(ctx, st, topo, ref, v)
+		case "numa.wrong-affinity":
+			return in.injectAffinity(ctx, st, topo, ref, v)
+		default:
+			return in.injectHog(ctx, st, topo, v)
+		}
+	})
 	if err != nil {
 		return fmt.Errorf("inject %s on gpu %d: %w", in.fault, ref.GPU, err)
 	}
@@ -174,32 +162,22 @@ func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v ca
 // recovers what a crashed one did. No state file, or a target that has
 // exited, is success; a reused pid is never touched.
 func (in *Injector) Recover(ctx context.Context, key string) error {
-	if key == "" {
-		return fmt.Errorf("recover %s: empty key", in.fault)
-	}
-	unlock := in.lock(key)
-	defer unlock()
-	path := in.statePath(key)
-	st, err := readState(path)
-	if errors.Is(err, os.ErrNotExist) {
+	err := statedir.Recover(in.dir, key, parseState, func(st state) (err error) {
+		switch {
+		case st.Child != nil:
+			err = in.stopHog(ctx, *st.Child)
+		case st.Target != nil && st.Fault == "numa.wrong-affinity":
+			err = in.restoreAffinity(st)
+		case st.Target != nil:
+			err = in.migrateBack(st)
+		}
+		if err != nil {
+			return fmt.Errorf("gpu %d: %w", st.GPU, err)
+		}
 		return nil
-	}
+	})
 	if err != nil {
 		return fmt.Errorf("recover %s: %w", in.fault, err)
-	}
-	switch {
-	case st.Child != nil:
-		err = in.stopHog(ctx, *st.Child)
-	case st.Target != nil && st.Fault == "numa.wrong-affinity":
-		err = in.restoreAffinity(st)
-	case st.Target != nil:
-		err = in.migrateBack(st)
-	}
-	if err != nil {
-		return fmt.Errorf("recover %s on gpu %d: %w", in.fault, st.GPU, err)
-	}
-	if err := removeState(path); err != nil {
-		return fmt.Errorf("recover %s on gpu %d: %w", in.fault, st.GPU, err)
 	}
 	return nil
 }
@@ -269,23 +247,6 @@ func rankPID(ref target.Ref, v catalog.Values) (int, error) {
 		return int(pid), nil
 	}
 	return findRank(ref.Job, ref.Rank)
-}
-
-// lock serialises calls for one key and returns the unlock.
-func (in *Injector) lock(key string) func() {
-	in.mu.Lock()
-	l, ok := in.locks[key]
-	if !ok {
-		l = &sync.Mutex{}
-		in.locks[key] = l
-	}
-	in.mu.Unlock()
-	l.Lock()
-	return l.Unlock
-}
-
-func (in *Injector) statePath(key string) string {
-	return filepath.Join(in.opts.StateDir, fileStem(key)+".json")
 }
 
 func (in *Injector) logf(format string, args ...any) {

@@ -362,7 +362,7 @@ func TestRemoteMemoryOnAFakeSecondNode(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("state left behind: %v", ents)
 	}
-	if ok, _ := alive(procID{PID: rank.Process.Pid, StartTicks: mustStart(t, rank.Process.Pid)}); !ok {
+	if ok, _ := (procID{PID: rank.Process.Pid, StartTicks: mustStart(t, rank.Process.Pid)}).Alive(); !ok {
 		t.Error("rank died")
 	}
 	// The wrapper itself, on the one real node: 0 to 0 moves nothing.
@@ -407,7 +407,7 @@ func TestBackNode(t *testing.T) {
 // hogPID returns the hog the key's state file records.
 func hogPID(t *testing.T, in fault.Injector, key string) int {
 	t.Helper()
-	st, err := readState(in.(*Injector).statePath(key))
+	st, err := readState(in.(*Injector).dir, key)
 	if err != nil || st.Child == nil {
 		t.Fatalf("state of %s: %+v, %v", key, st, err)
 	}

@@ -57,7 +57,7 @@ func migratePages(pid int, from, to []int) (int, error) {
 
 // injectPages moves the rank's pages to the remote node, recording first
 // where they were and where recovery brings them.
-func (in *Injector) injectPages(ctx context.Context, path string, st state, topo numa.Topology, ref target.Ref, v catalog.Values) error {
+func (in *Injector) injectPages(ctx context.Context, st state, topo numa.Topology, ref target.Ref, v catalog.Values) error {
 	to, err := remoteNode(topo, st.GPUNode, v.Int("node"), numa.HasMemory, "memory")
 	if err != nil {
 		return err
@@ -80,7 +80,7 @@ func (in *Injector) injectPages(ctx context.Context, path string, st state, topo
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if err := writeState(path, st); err != nil {
+	if err := in.dir.Write(st.Key, st); err != nil {
 		return err
 	}
 	var from []int
@@ -95,7 +95,7 @@ func (in *Injector) injectPages(ctx context.Context, path string, st state, topo
 		if _, uerr := migratePages(pid, []int{to}, []int{st.BackNode}); uerr != nil && !errors.Is(uerr, unix.ESRCH) {
 			return errors.Join(err, fmt.Errorf("move back (Recover retries): %w", uerr))
 		}
-		return errors.Join(err, removeState(path))
+		return errors.Join(err, in.dir.Remove(st.Key))
 	}
 	in.logf("numafault: %s: moved the pages of pid %d to node %d (%d could not move)", st.Key, pid, to, left)
 	return nil
@@ -122,7 +122,7 @@ func backNode(before numa.Placement, to, gpuNode int) int {
 
 // migrateBack is remote-memory's recovery.
 func (in *Injector) migrateBack(st state) error {
-	ok, err := alive(*st.Target)
+	ok, err := st.Target.Alive()
 	if err != nil {
 		return err
 	}

@@ -1,48 +1,43 @@
 package numafault
 
 import (
+	"errors"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
 )
 
-func TestParseStat(t *testing.T) {
+// The parser of /proc/PID/stat is tested and fuzzed in internal/procfind;
+// this is the thread path that only this package reads.
+func TestReadStat(t *testing.T) {
 	t.Parallel()
-	self, err := os.ReadFile("/proc/self/stat")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cases := []struct {
-		name  string
-		in    string
-		state byte
-		start uint64
-		err   bool
+	pid := os.Getpid()
+	tests := []struct {
+		name    string
+		tid     int
+		wantErr error
 	}{
-		{name: "command with spaces and parens",
-			in:    "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 7 3 0 0 20 0 1 0 98765 1000 10 18446744073709551615",
-			state: 'S', start: 98765},
-		{name: "too short", in: "42 (x) S 1 2 3", err: true},
-		{name: "no parens", in: "42 x S", err: true},
-		{name: "state not a letter", in: "42 (x) 7 1 42 42 0 -1 0 0 0 0 0 7 3 0 0 20 0 1 0 5 1 1", err: true},
+		{name: "process", tid: 0},
+		{name: "main thread", tid: pid},
+		{name: "no such thread", tid: 1<<22 + 1, wantErr: os.ErrNotExist},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			st, err := parseStat([]byte(c.in))
-			if c.err {
-				if err == nil {
-					t.Fatalf("parseStat(%q) = %+v, want an error", c.in, st)
+			st, err := readStat(pid, tc.tid)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("readStat(%d, %d) = %+v, %v; want %v", pid, tc.tid, st, err, tc.wantErr)
 				}
 				return
 			}
-			if err != nil || st.State != c.state || st.StartTicks != c.start || st.UTime != 7 || st.STime != 3 {
-				t.Fatalf("parseStat = %+v, %v", st, err)
+			if err != nil || st.StartTicks == 0 {
+				t.Fatalf("readStat(%d, %d) = %+v, %v", pid, tc.tid, st, err)
 			}
 		})
-	}
-	if st, err := parseStat(self); err != nil || st.StartTicks == 0 {
-		t.Errorf("own stat: %+v, %v", st, err)
 	}
 }
 
@@ -59,19 +54,6 @@ func TestFileStem(t *testing.T) {
 		}
 		seen[s] = k
 	}
-}
-
-func FuzzParseStat(f *testing.F) {
-	if b, err := os.ReadFile("/proc/self/stat"); err == nil {
-		f.Add(b)
-	}
-	f.Add([]byte("1 ((x)) Z 0 0 0 0 0 0 0 0 0 0 1 2 0 0 0 0 0 0 3"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		st, err := parseStat(b)
-		if err == nil && !('A' <= st.State && st.State <= 'Z' || 'a' <= st.State && st.State <= 'z') {
-			t.Fatalf("state %q accepted", st.State)
-		}
-	})
 }
 
 func FuzzParseState(f *testing.F) {
@@ -114,3 +96,27 @@ func FuzzEnvironHas(f *testing.F) {
 		}
 	})
 }
+
+// TestStateFileNames pins where state files are: an upgraded node must
+// find the files an earlier version wrote.
+func TestStateFileNames(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	d, err := openState(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct{ name, key, want string }{
+		{"slash", "exp/1", "exp%2F1.json"},
+		{"leading dot", ".hidden", "%2Ehidden.json"},
+		{"inner dot", "run.2", "run.2.json"},
+	}
+	for _, tc := range tests {
+		if got := d.File(tc.key); got != filepath.Join(dir, tc.want) {
+			t.Errorf("%s: File(%q) = %s, want %s", tc.name, tc.key, got, filepath.Join(dir, tc.want))
+		}
+	}
+}
+
+// readState loads the key's state as Recover does.
+func readState(d *statedir.Dir, key string) (state, error) { return statedir.Load(d, key, parseState) }

@@ -8,65 +8,26 @@ import (
 	"strconv"
 	"syscall"
 
-	"golang.org/x/sys/unix"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
 )
-
-// procStat is what this package needs from /proc/PID/stat.
-type procStat struct {
-	// State is the one-letter process state (R, S, D, Z, X…).
-	State byte
-	// UTime and STime are fields 14 and 15: CPU time in clock ticks.
-	UTime, STime uint64
-	// StartTicks is field 22, the start time in clock ticks since boot.
-	StartTicks uint64
-}
-
-// parseStat reads /proc/PID/stat. The command name, field 2, may hold
-// spaces and parentheses, so fields are counted from the last ')'.
-func parseStat(b []byte) (procStat, error) {
-	end := bytes.LastIndexByte(b, ')')
-	if end < 0 || bytes.IndexByte(b, '(') < 0 {
-		return procStat{}, errors.New("no command name in parentheses")
-	}
-	rest := bytes.Fields(b[end+1:]) // rest[0] is field 3
-	if len(rest) < 20 {
-		return procStat{}, fmt.Errorf("%d fields after the command name, want at least 20", len(rest))
-	}
-	if c := rest[0]; len(c) != 1 || !('A' <= c[0] && c[0] <= 'Z' || 'a' <= c[0] && c[0] <= 'z') {
-		return procStat{}, fmt.Errorf("state %q is not one letter", c)
-	}
-	var st procStat
-	st.State = rest[0][0]
-	for _, f := range []struct {
-		dst *uint64
-		idx int
-	}{{&st.UTime, 11}, {&st.STime, 12}, {&st.StartTicks, 19}} {
-		v, err := strconv.ParseUint(string(rest[f.idx]), 10, 64)
-		if err != nil {
-			return procStat{}, fmt.Errorf("field %d: %w", f.idx+3, err)
-		}
-		*f.dst = v
-	}
-	return st, nil
-}
 
 // readStat reads the stat of a process, or with tid > 0 of one of its
 // threads; a process that does not exist is os.ErrNotExist.
-func readStat(pid, tid int) (procStat, error) {
-	path := "/proc/" + strconv.Itoa(pid) + "/stat"
-	if tid > 0 {
-		path = "/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid) + "/stat"
+func readStat(pid, tid int) (procfind.Stat, error) {
+	if tid <= 0 {
+		return procfind.ReadStat(pid)
 	}
+	path := "/proc/" + strconv.Itoa(pid) + "/task/" + strconv.Itoa(tid) + "/stat"
 	b, err := os.ReadFile(path)
 	if errors.Is(err, syscall.ESRCH) {
 		err = os.ErrNotExist // gone between the open and the read
 	}
 	if err != nil {
-		return procStat{}, err
+		return procfind.Stat{}, err
 	}
-	st, err := parseStat(b)
+	st, err := procfind.ParseStat(b)
 	if err != nil {
-		return procStat{}, fmt.Errorf("%s: %w", path, err)
+		return procfind.Stat{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return st, nil
 }
@@ -83,20 +44,8 @@ func identify(pid int) (procID, error) {
 	return procID{PID: pid, StartTicks: st.StartTicks}, nil
 }
 
-// alive reports whether the recorded process still runs: it exists, has
-// the recorded start time (its pid was not reused) and is no zombie.
-func alive(p procID) (bool, error) {
-	st, err := readStat(p.PID, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return st.StartTicks == p.StartTicks && st.State != 'Z' && st.State != 'X', nil
-}
-
-// threadAlive is alive for one thread of process pid.
+// threadAlive reports whether thread th of process pid still runs under
+// its recorded start time.
 func threadAlive(pid int, th threadMask) bool {
 	st, err := readStat(pid, th.TID)
 	return err == nil && st.StartTicks == th.StartTicks && st.State != 'Z' && st.State != 'X'
@@ -191,17 +140,4 @@ func ppid(pid int) (int, error) {
 		return 0, errors.New("short stat")
 	}
 	return strconv.Atoi(string(f[1]))
-}
-
-// signalChecked sends sig to the recorded process's group only if the
-// process still is the recorded one.
-func signalChecked(p procID, sig syscall.Signal) error {
-	ok, err := alive(p)
-	if err != nil || !ok {
-		return err
-	}
-	if err := unix.Kill(-p.PID, sig); err != nil && !errors.Is(err, unix.ESRCH) {
-		return fmt.Errorf("signal process group %d: %w", p.PID, err)
-	}
-	return nil
 }

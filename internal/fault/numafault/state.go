@@ -1,17 +1,12 @@
 package numafault
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
-	"strings"
 	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
 )
 
 // stateVersion is the version of the state file's layout.
@@ -46,13 +41,10 @@ type state struct {
 	Child *procID `json:"child,omitempty"`
 }
 
-// procID names a process or thread beyond doubt: a pid alone may be
-// reused once the process is gone, the pair with its start time (clock
-// ticks since boot) not until the next boot.
-type procID struct {
-	PID        int    `json:"pid"`
-	StartTicks uint64 `json:"start_ticks"`
-}
+// procID names a process beyond doubt: a pid alone may be reused once
+// the process is gone, the pair with its start time (clock ticks since
+// boot) not until the next boot. Its JSON is the state file's as before.
+type procID = procfind.Proc
 
 // threadMask is one thread's CPU affinity before the fault.
 type threadMask struct {
@@ -67,13 +59,8 @@ type threadMask struct {
 // "everyone" to kill(2)).
 func parseState(b []byte) (state, error) {
 	var st state
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&st); err != nil {
-		return state{}, fmt.Errorf("decode: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return state{}, errors.New("decode: data after the state object")
+	if err := statedir.Decode(b, &st); err != nil {
+		return state{}, err
 	}
 	if st.Version != stateVersion {
 		return state{}, fmt.Errorf("version %d: this build reads version %d", st.Version, stateVersion)
@@ -94,97 +81,13 @@ func parseState(b []byte) (state, error) {
 	return st, nil
 }
 
-// fileStem turns a key into a file name: letters, digits, '-', '_' and
-// '.' stay, other bytes become %XX, so distinct keys never share a file
-// and none leaves StateDir; a long one keeps a prefix and adds a hash.
-func fileStem(key string) string {
-	var b strings.Builder
-	for i := range len(key) {
-		c := key[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_', c == '.' && i > 0:
-			b.WriteByte(c)
-		default:
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	s := b.String()
-	const maxStem = 200
-	if len(s) > maxStem {
-		sum := sha256.Sum256([]byte(key))
-		s = s[:maxStem-33] + "~" + hex.EncodeToString(sum[:16])
-	}
-	return s
+// openState opens the state directory. File names are the escaped key
+// with a leading '.' escaped too (statedir.Escaped), as before this
+// package used statedir, so state files written by an earlier version are
+// found.
+func openState(path string) (*statedir.Dir, error) {
+	return statedir.Open(path, "", statedir.WithNames(fileStem), statedir.WithMaxRecord(maxStateBytes))
 }
 
-func readState(path string) (state, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return state{}, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxStateBytes+1))
-	if err != nil {
-		return state{}, fmt.Errorf("read %s: %w", path, err)
-	}
-	if len(b) > maxStateBytes {
-		return state{}, fmt.Errorf("read %s: over %d bytes", path, maxStateBytes)
-	}
-	st, err := parseState(b)
-	if err != nil {
-		return state{}, fmt.Errorf("state file %s: %w", path, err)
-	}
-	return st, nil
-}
-
-// writeState replaces the state file atomically (temporary file, sync,
-// rename, directory sync): a reader sees the old state or the new one.
-func writeState(path string, st state) (err error) {
-	b, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return fmt.Errorf("encode state: %w", err)
-	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	defer func() {
-		if err != nil {
-			_ = f.Close()
-			_ = os.Remove(f.Name())
-		}
-	}()
-	if _, err := f.Write(append(b, '\n')); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	if err := f.Sync(); err != nil {
-		return fmt.Errorf("write state: sync: %w", err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	if err := os.Rename(f.Name(), path); err != nil {
-		return fmt.Errorf("write state: %w", err)
-	}
-	return syncDir(dir)
-}
-
-func removeState(path string) error {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove state: %w", err)
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync state dir: %w", err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync state dir %s: %w", dir, err)
-	}
-	return nil
-}
+// fileStem names a key's files: StateDir/STEM.json and StateDir/STEM.log.
+func fileStem(key string) string { return statedir.Escaped(key, true) }

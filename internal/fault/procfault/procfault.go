@@ -92,36 +92,24 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
 // record remains, unless undoing failed too; the error then says so and
 // Recover retries.
 func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error {
-	what := fmt.Sprintf("inject %s on %s", in.fault, describe(ref, v))
-	if key == "" {
-		return fmt.Errorf("%s: empty key", what)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	unlock := in.dir.Lock(key)
-	defer unlock()
-	if ok, err := in.dir.Exists(key); err != nil || ok {
+	err := in.dir.Inject(ctx, key, func() error {
+		r, err := resolve(ref, v)
 		if err != nil {
-			return fmt.Errorf("%s: %w", what, err)
+			return err
+		}
+		st := state{Version: stateVersion, Key: key, Fault: in.fault, Proc: r.Proc, Job: r.Job, Rank: r.Rank, Created: time.Now().UTC()}
+		switch in.fault {
+		case idKill:
+			return in.kill(ctx, key, st, v)
+		case idHang:
+			return in.hang(ctx, key, st)
+		case idStraggler:
+			return in.straggle(ctx, key, st, v)
 		}
 		return nil
-	}
-	r, err := resolve(ref, v)
+	})
 	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	st := state{Version: stateVersion, Key: key, Fault: in.fault, Proc: r.Proc, Job: r.Job, Rank: r.Rank, Created: time.Now().UTC()}
-	switch in.fault {
-	case idKill:
-		err = in.kill(ctx, key, st, v)
-	case idHang:
-		err = in.hang(ctx, key, st)
-	case idStraggler:
-		err = in.straggle(ctx, key, st, v)
-	}
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+		return fmt.Errorf("inject %s on %s: %w", in.fault, describe(ref, v), err)
 	}
 	return nil
 }
@@ -131,58 +119,55 @@ func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v ca
 // record. No record is success; a rank that is gone (or whose pid was
 // reused) is left alone and reported as fault.ErrTargetGone.
 func (in *Injector) Recover(ctx context.Context, key string) error {
-	if key == "" {
-		return fmt.Errorf("recover %s: empty key", in.fault)
-	}
-	unlock := in.dir.Lock(key)
-	defer unlock()
-	b, err := in.dir.Read(key)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("recover %s: %w", in.fault, err)
-	}
-	st, err := parseState(b)
-	if err != nil {
-		return fmt.Errorf("recover %s: record %s: %w", in.fault, in.dir.File(key), err)
-	}
-	if st.Key != key || st.Fault != in.fault {
-		return fmt.Errorf("recover %s: record %s holds %s key %q", in.fault, in.dir.File(key), st.Fault, st.Key)
-	}
+	var st state
 	var gone bool
-	switch st.Fault {
-	case idHang:
-		err = st.Proc.Signal(syscall.SIGCONT)
-		if errors.Is(err, os.ErrNotExist) {
-			gone, err = true, nil
+	err := statedir.Recover(in.dir, key, in.parser(key), func(rec state) (err error) {
+		st = rec
+		switch st.Fault {
+		case idHang:
+			err = st.Proc.Signal(syscall.SIGCONT)
+			if errors.Is(err, os.ErrNotExist) {
+				gone, err = true, nil
+			}
+			if err == nil && !gone {
+				err = waitState(ctx, st.Proc, false)
+			}
+			if err == nil && !gone {
+				in.log.Info("continued rank", "key", key, "pid", st.Proc.PID, "job", st.Job, "rank", st.Rank)
+			}
+		case idStraggler:
+			// Release works from the record alone and also when the rank has
+			// exited: our group is then empty and only needs removing.
+			err = st.Confinement.Release()
+			if err == nil {
+				alive, aerr := st.Proc.Alive()
+				gone = aerr == nil && !alive
+				in.log.Info("released rank", "key", key, "pid", st.Proc.PID, "group", st.Confinement.Dir)
+			}
 		}
-		if err == nil && !gone {
-			err = waitState(ctx, st.Proc, false)
+		if err != nil {
+			return fmt.Errorf("pid %d: %w", st.Proc.PID, err)
 		}
-		if err == nil && !gone {
-			in.log.Info("continued rank", "key", key, "pid", st.Proc.PID, "job", st.Job, "rank", st.Rank)
-		}
-	case idStraggler:
-		// Release works from the record alone and also when the rank has
-		// exited: our group is then empty and only needs removing.
-		err = st.Confinement.Release()
-		if err == nil {
-			alive, aerr := st.Proc.Alive()
-			gone = aerr == nil && !alive
-			in.log.Info("released rank", "key", key, "pid", st.Proc.PID, "group", st.Confinement.Dir)
-		}
-	}
+		return nil
+	})
 	if err != nil {
-		return fmt.Errorf("recover %s on pid %d: %w", in.fault, st.Proc.PID, err)
-	}
-	if err := in.dir.Remove(key); err != nil {
 		return fmt.Errorf("recover %s: %w", in.fault, err)
 	}
 	if gone {
 		return fmt.Errorf("recover %s: pid %d: %w", in.fault, st.Proc.PID, fault.ErrTargetGone)
 	}
 	return nil
+}
+
+// parser decodes key's record and checks that it is this injector's.
+func (in *Injector) parser(key string) func([]byte) (state, error) {
+	return func(b []byte) (state, error) {
+		st, err := parseState(b)
+		if err == nil && (st.Key != key || st.Fault != in.fault) {
+			err = fmt.Errorf("holds %s key %q", st.Fault, st.Key)
+		}
+		return st, err
+	}
 }
 
 // describe names the target in errors.

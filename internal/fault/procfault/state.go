@@ -1,13 +1,12 @@
 package procfault
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/cgroup"
+	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
 )
 
@@ -43,13 +42,8 @@ type state struct {
 // confinement of ours.
 func parseState(b []byte) (state, error) {
 	var st state
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&st); err != nil {
-		return state{}, fmt.Errorf("decode: %w", err)
-	}
-	if dec.More() {
-		return state{}, errors.New("decode: data after the record")
+	if err := statedir.Decode(b, &st); err != nil {
+		return state{}, err
 	}
 	if st.Version != stateVersion {
 		return state{}, fmt.Errorf("version %d: this build reads version %d", st.Version, stateVersion)

@@ -1,13 +1,8 @@
-// Package statedir keeps the per-key records that let a fresh injector,
-// in a fresh process, recover what a crashed one injected. Each key has
-// one JSON file, named from a hash of the key (keys are free text), written
-// atomically: a temporary file, synced, renamed over the old one, then the
-// directory synced, so a reader sees the old record or the new one and a
-// power cut keeps the rename. The record's meaning and its validation
-// belong to the injector that writes it.
 package statedir
 
 import (
+	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -16,11 +11,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 )
 
-// MaxRecord bounds what Read loads: a record describes one injection, so
-// anything larger is not one of ours.
+// MaxRecord bounds what Read loads unless WithMaxRecord says otherwise: a
+// record describes one injection, so anything larger is not one of ours.
 const MaxRecord = 16 << 20
 
 // Dir is a directory of records, all of one injector family. It is safe
@@ -28,30 +24,94 @@ const MaxRecord = 16 << 20
 type Dir struct {
 	path   string
 	prefix string
+	// name turns a key into the part of its file name after prefix.
+	name func(key string) string
+	// max bounds what Read loads.
+	max int
 
 	mu    sync.Mutex
 	locks map[string]*sync.Mutex
 }
 
+// Option changes one default of Open.
+type Option func(*Dir)
+
+// WithNames names key's files prefix+name(key) instead of prefix and a
+// hash. It exists for injectors whose records predate this package: a
+// node upgraded with records on disk must find them under the names the
+// previous version wrote. name must give distinct keys distinct results,
+// each a valid file name without path separators.
+func WithNames(name func(key string) string) Option {
+	return func(d *Dir) { d.name = name }
+}
+
+// WithMaxRecord makes Read refuse records over n bytes instead of
+// MaxRecord, for a family whose records are known to be smaller.
+func WithMaxRecord(n int) Option {
+	return func(d *Dir) { d.max = n }
+}
+
 // Open returns the records under path whose file names start with prefix,
 // creating path (mode 0700) when missing. Every injector of one family on
-// a node must use the same path and prefix, so that one process recovers
-// what another injected.
-func Open(path, prefix string) (*Dir, error) {
+// a node must use the same path, prefix and options, so that one process
+// recovers what another injected.
+func Open(path, prefix string, opts ...Option) (*Dir, error) {
 	if path == "" {
 		return nil, errors.New("state directory: empty path")
 	}
 	if err := os.MkdirAll(path, 0o700); err != nil {
 		return nil, fmt.Errorf("state directory: %w", err)
 	}
-	return &Dir{path: path, prefix: prefix, locks: map[string]*sync.Mutex{}}, nil
+	d := &Dir{path: path, prefix: prefix, name: hashName, max: MaxRecord, locks: map[string]*sync.Mutex{}}
+	for _, o := range opts {
+		o(d)
+	}
+	return d, nil
 }
 
-// Name returns the stem of key's files: the prefix and a hash of the key,
-// fixed length and free of path separators whatever the key holds.
-func (d *Dir) Name(key string) string {
+// Path is the directory the records are in, for files an injector keeps
+// beside them (a child's log, say).
+func (d *Dir) Path() string { return d.path }
+
+// Name returns the stem of key's files: the prefix and, by default, a
+// hash of the key, fixed length and free of path separators whatever the
+// key holds.
+func (d *Dir) Name(key string) string { return d.prefix + d.name(key) }
+
+func hashName(key string) string {
 	sum := sha256.Sum256([]byte(key))
-	return d.prefix + hex.EncodeToString(sum[:12])
+	return hex.EncodeToString(sum[:12])
+}
+
+// maxEscaped bounds Escaped's results, leaving room under the 255 bytes
+// of a file name for ".json", ".log" and a temporary file's suffix.
+const maxEscaped = 200
+
+// Escaped is a naming for WithNames that keeps the key readable: ASCII
+// letters, digits, '-', '_' and '.' stay, every other byte becomes %XX,
+// so distinct keys never share a name and none holds a path separator. A
+// result over 200 bytes keeps a readable start and ends in '~' and a hash
+// of the whole key. With escapeLeadingDot a '.' that starts the key is
+// written %2E too, so that no name is hidden or "." or "..".
+func Escaped(key string, escapeLeadingDot bool) string {
+	var b strings.Builder
+	for i := range len(key) {
+		c := key[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '-', c == '_':
+			b.WriteByte(c)
+		case c == '.' && (i > 0 || !escapeLeadingDot):
+			b.WriteByte(c)
+		default:
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	s := b.String()
+	if len(s) > maxEscaped {
+		sum := sha256.Sum256([]byte(key))
+		s = s[:maxEscaped-33] + "~" + hex.EncodeToString(sum[:16])
+	}
+	return s
 }
 
 // File is the path of key's record.
@@ -89,14 +149,91 @@ func (d *Dir) Read(key string) ([]byte, error) {
 		return nil, err
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxRecord+1))
+	b, err := io.ReadAll(io.LimitReader(f, int64(d.max)+1))
 	if err != nil {
 		return nil, fmt.Errorf("read state %s: %w", f.Name(), err)
 	}
-	if len(b) > MaxRecord {
-		return nil, fmt.Errorf("read state %s: over %d bytes", f.Name(), MaxRecord)
+	if len(b) > d.max {
+		return nil, fmt.Errorf("read state %s: over %d bytes", f.Name(), d.max)
 	}
 	return b, nil
+}
+
+// Inject runs apply for key under key's lock, unless key already has a
+// record. Injectors record an injection before they act, so a record
+// means the key was injected (or a crash cut the injection short, which
+// Recover undoes) and applying again would stack the fault. An empty key,
+// or a ctx that is done, is refused before anything.
+func (d *Dir) Inject(ctx context.Context, key string, apply func() error) error {
+	if key == "" {
+		return errors.New("empty key")
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	unlock := d.Lock(key)
+	defer unlock()
+	switch ok, err := d.Exists(key); {
+	case err != nil:
+		return err
+	case ok:
+		return nil
+	}
+	return apply()
+}
+
+// Recover undoes key's injection under key's lock and then removes its
+// record: undo gets the record as parse decodes and checks it. No record
+// is success and calls nothing. When undo fails the record stays, so that
+// a later call retries; its error is returned as it is.
+func Recover[T any](d *Dir, key string, parse func([]byte) (T, error), undo func(T) error) error {
+	if key == "" {
+		return errors.New("empty key")
+	}
+	unlock := d.Lock(key)
+	defer unlock()
+	rec, err := Load(d, key, parse)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if err := undo(rec); err != nil {
+		return err
+	}
+	return d.Remove(key)
+}
+
+// Decode decodes one JSON record into v strictly: an unknown field or
+// anything after the object is an error, so a record of another layout is
+// refused rather than half read.
+func Decode(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("decode: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("decode: data after the record")
+	}
+	return nil
+}
+
+// Load reads key's record and decodes it with parse, which is where an
+// injector checks everything its recovery relies on. A missing record is
+// os.ErrNotExist; a record parse refuses is an error naming its file.
+func Load[T any](d *Dir, key string, parse func([]byte) (T, error)) (T, error) {
+	var zero T
+	b, err := d.Read(key)
+	if err != nil {
+		return zero, err
+	}
+	rec, err := parse(b)
+	if err != nil {
+		return zero, fmt.Errorf("record %s: %w", d.File(key), err)
+	}
+	return rec, nil
 }
 
 // Write replaces key's record with v encoded as JSON, atomically and
