@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -70,6 +71,11 @@ type LocalOptions struct {
 	// processes with uprobes for the collective-trace detector; nil
 	// refuses that detector.
 	Collectives *colltrace.Options
+	// Jobs declares the training jobs running on this node, so that
+	// rank- and job-scope faults have targets to select: the node cannot
+	// tell on its own which processes form a job. A rank without a Node
+	// is put on this node.
+	Jobs []target.Job
 }
 
 // DefaultExporter is where the gpuchaos agent serves by default.
@@ -227,13 +233,24 @@ func (*LocalTarget) Sleep(ctx context.Context, d time.Duration) error {
 }
 
 // Inventory returns one node, named by the hostname, with the GPUs the
-// source listed at start; jobs are not known locally.
+// source listed at start, and the jobs LocalOptions.Jobs declares.
 func (t *LocalTarget) Inventory(ctx context.Context) (target.Inventory, error) {
 	n := target.Node{Name: t.host}
 	for _, d := range t.devs {
 		n.GPUs = append(n.GPUs, target.GPU{Index: d.Index, UUID: d.UUID, PCI: d.PCI, Model: d.Name})
 	}
-	return target.Inventory{Nodes: []target.Node{n}}, ctx.Err()
+	inv := target.Inventory{Nodes: []target.Node{n}}
+	for _, j := range t.opts.Jobs {
+		// A copy, so that filling in the node leaves the options alone.
+		j.Ranks = slices.Clone(j.Ranks)
+		for i := range j.Ranks {
+			if j.Ranks[i].Node == "" {
+				j.Ranks[i].Node = t.host
+			}
+		}
+		inv.Jobs = append(inv.Jobs, j)
+	}
+	return inv, ctx.Err()
 }
 
 // Injector returns the node's injector for the mechanism: the kernel-log

@@ -160,6 +160,17 @@ class Metrics:
             t0, s0 = self.window[0]
             self.rate = (step - s0) / (now - t0) if now > t0 else 0.0
 
+    def rate_now(self, now):
+        """Steps per second over the five seconds before now. Computed at
+        each scrape, not only at each step, so that a job that stops
+        stepping (a hung rank, a stalled collective) reads as slowing
+        to 0 instead of keeping the rate of its last step forever."""
+        pts = [p for p in self.window if now - p[0] <= 5]
+        if not pts:
+            return 0.0
+        t0, s0 = pts[0]
+        return (self.step - s0) / (now - t0) if now > t0 else self.rate
+
     def set(self, **kw):
         with self.lock:
             for k, v in kw.items():
@@ -175,7 +186,8 @@ class Metrics:
         with self.lock:
             rows = [
                 ("gpuchaos_job_step_total", "counter", "Training steps completed.", job, self.step),
-                ("gpuchaos_job_steps_per_second", "gauge", "Training steps per second over the last 5 s.", job, self.rate),
+                ("gpuchaos_job_steps_per_second", "gauge", "Training steps per second over the last 5 s.", job,
+                 self.rate_now(time.monotonic())),
                 ("gpuchaos_job_up", "gauge", "1 while the rank is training, 0 while it starts, resumes or has finished.", job, self.up),
                 ("gpuchaos_job_last_checkpoint_step", "gauge", "Step of the newest complete checkpoint.", job, self.ckpt_step),
                 ("gpuchaos_job_last_checkpoint_timestamp_seconds", "gauge", "Unix time the newest checkpoint was completed.", job, self.ckpt_time),
