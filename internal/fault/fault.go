@@ -6,6 +6,7 @@ package fault
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/target"
@@ -28,4 +29,21 @@ var ErrTargetGone = errors.New("target gone")
 type Injector interface {
 	Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error
 	Recover(ctx context.Context, key string) error
+}
+
+// CheckMechanism says whether mechanism m of fault f is the one an
+// injector package implements for it; want maps each fault id the package
+// serves to its mechanism, and pkg names the package in errors.
+func CheckMechanism(pkg string, f *catalog.Fault, m *catalog.Mechanism, want map[string]string) error {
+	if f == nil || m == nil {
+		return fmt.Errorf("%s: a fault and a mechanism are required", pkg)
+	}
+	w, ok := want[f.ID]
+	if !ok {
+		return fmt.Errorf("%s: fault %s is not one of this package's", pkg, f.ID)
+	}
+	if m.Name != w {
+		return fmt.Errorf("%s: mechanism %s of %s is not implemented here (%s is)", pkg, m.Name, f.ID, w)
+	}
+	return nil
 }

@@ -59,15 +59,8 @@ type Injector struct {
 // checkpoint.kill-writer, fallocate for checkpoint.fill-volume, cgroup-io
 // for checkpoint.slow-storage, byte-flip for checkpoint.corrupt-newest.
 func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
-	if f == nil || m == nil {
-		return nil, errors.New("ckptfault: a fault and a mechanism are required")
-	}
-	want, ok := mechanisms[f.ID]
-	if !ok {
-		return nil, fmt.Errorf("ckptfault: fault %s is not a checkpoint fault of this package", f.ID)
-	}
-	if m.Name != want {
-		return nil, fmt.Errorf("ckptfault: mechanism %s of %s is not implemented here (%s is)", m.Name, f.ID, want)
+	if err := fault.CheckMechanism("ckptfault", f, m, mechanisms); err != nil {
+		return nil, err
 	}
 	if o.StateDir == "" {
 		return nil, fmt.Errorf("ckptfault: %s needs a state directory to recover after a crash", f.ID)

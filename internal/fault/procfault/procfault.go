@@ -63,15 +63,8 @@ type Injector struct {
 // workload.kill-rank and workload.hang-rank, cgroup-cpu for
 // workload.straggler.
 func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
-	if f == nil || m == nil {
-		return nil, errors.New("procfault: a fault and a mechanism are required")
-	}
-	want, ok := mechanisms[f.ID]
-	if !ok {
-		return nil, fmt.Errorf("procfault: fault %s is not a rank fault of this package", f.ID)
-	}
-	if m.Name != want {
-		return nil, fmt.Errorf("procfault: mechanism %s of %s is not implemented here (%s is)", m.Name, f.ID, want)
+	if err := fault.CheckMechanism("procfault", f, m, mechanisms); err != nil {
+		return nil, err
 	}
 	if o.StateDir == "" {
 		return nil, fmt.Errorf("procfault: %s needs a state directory to recover after a crash", f.ID)
