@@ -187,5 +187,10 @@ func ParseBytes(s string) (int64, error) {
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("%q is not a byte count", s)
 	}
+	if n > math.MaxInt64/mult {
+		// A wrapped product would pass every range check as a small or
+		// negative count.
+		return 0, fmt.Errorf("%q bytes is more than %d", s, int64(math.MaxInt64))
+	}
 	return n * mult, nil
 }
