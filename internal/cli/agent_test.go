@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 func TestAgentTwin(t *testing.T) {
@@ -17,7 +18,7 @@ func TestAgentTwin(t *testing.T) {
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var out, errb lockedBuffer
+	var out, errb testutil.LockedBuffer
 	root := newRoot(strings.NewReader(""), &out, &errb)
 	root.SetArgs([]string{"agent", "--twin", "--twin-gpus", "3", "--listen", addr, "--interval", "100ms", "--hostname", "node-x"})
 	done := make(chan error, 1)

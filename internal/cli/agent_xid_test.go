@@ -11,16 +11,17 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 )
 
 // startTwinAgent runs 'agent --twin' with extra flags until the test ends
 // and returns a func that fetches its /metrics page, and its stderr.
-func startTwinAgent(t *testing.T, extra ...string) (page func() string, stderr *lockedBuffer) {
+func startTwinAgent(t *testing.T, extra ...string) (page func() string, stderr *testutil.LockedBuffer) {
 	t.Helper()
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
-	var out, errb lockedBuffer
+	var out, errb testutil.LockedBuffer
 	root := newRoot(strings.NewReader(""), &out, &errb)
 	root.SetArgs(append([]string{"agent", "--twin", "--twin-gpus", "2", "--listen", addr, "--interval", "100ms"}, extra...))
 	done := make(chan error, 1)

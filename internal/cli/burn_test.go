@@ -78,18 +78,7 @@ func TestReadyFDWithoutGPU(t *testing.T) {
 	} {
 		t.Run(strings.Join(args[:len(args)-2], " "), func(t *testing.T) {
 			t.Parallel()
-			r, w, err := os.Pipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			// The command owns and closes the descriptor it is given, so
-			// it gets a duplicate of ours.
-			fd, err := unix.Dup(int(w.Fd()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			w.Close()
+			r, fd := readyFD(t)
 			var out, errb bytes.Buffer
 			code := Main(append(args, "--ready-fd", strconv.Itoa(fd)), strings.NewReader(""), &out, &errb)
 			if code != 1 {
@@ -122,16 +111,7 @@ func TestReadyPipe(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			r, w, err := os.Pipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			fd, err := unix.Dup(int(w.Fd()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			w.Close()
+			r, fd := readyFD(t)
 			p, err := openReadyPipe(fd)
 			if err != nil {
 				t.Fatal(err)
@@ -222,4 +202,23 @@ func TestParseGPUList(t *testing.T) {
 			t.Errorf("parseGPUList(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.wantErr)
 		}
 	}
+}
+
+// readyFD returns the read end of a new pipe and a duplicate of its write
+// end for a command's --ready-fd: the command owns and closes the
+// descriptor it is given, so it gets a copy, and the original write end is
+// closed here so that the reader sees EOF once the command closes its copy.
+func readyFD(t *testing.T) (*os.File, int) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Close() })
+	defer w.Close()
+	fd, err := unix.Dup(int(w.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, fd
 }

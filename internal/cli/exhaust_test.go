@@ -2,12 +2,9 @@ package cli
 
 import (
 	"bytes"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gpuchaos/gpuchaos/internal/cuda"
 	"github.com/gpuchaos/gpuchaos/internal/exhaust"
@@ -135,16 +132,7 @@ func TestFaultChildArgvs(t *testing.T) {
 		{"exhaust", "pcie", "--gpu", "2", "--duration", "3660s", "--rate", "25000000000", "--format", "json"},
 	} {
 		t.Run(strings.Join(argv[:2], " "), func(t *testing.T) {
-			r, w, err := os.Pipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer r.Close()
-			fd, err := unix.Dup(int(w.Fd()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			w.Close()
+			_, fd := readyFD(t)
 			var out, errb bytes.Buffer
 			code := Main(append(argv, "--ready-fd", strconv.Itoa(fd)), strings.NewReader(""), &out, &errb)
 			if code != 1 || !strings.Contains(errb.String(), "libcuda.so.1") {

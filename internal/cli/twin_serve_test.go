@@ -1,34 +1,16 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
-
-// lockedBuffer lets the test read what the command printed while it runs.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // freeAddr returns a loopback address with a port free a moment ago.
 func freeAddr(t *testing.T) string {
@@ -49,7 +31,7 @@ func TestTwinServe(t *testing.T) {
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	var out, errb lockedBuffer
+	var out, errb testutil.LockedBuffer
 	root := newRoot(strings.NewReader(""), &out, &errb)
 	root.SetArgs([]string{"twin", "serve", "--listen", addr, "--warmup", "2m", "--seed", "3"})
 	done := make(chan error, 1)

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -25,6 +23,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 	"github.com/gpuchaos/gpuchaos/internal/workload"
 )
 
@@ -56,24 +55,6 @@ func needWorkload(t *testing.T) {
 	}
 }
 
-// lockedBuffer collects the supervisor's output from its goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // rankEvent is one JSON line a rank printed.
 type rankEvent struct {
 	Event       string `json:"event"`
@@ -91,8 +72,8 @@ type job struct {
 	ckpt    string
 	rankURL [2]string
 	supURL  string
-	out     *lockedBuffer
-	events  *lockedBuffer
+	out     *testutil.LockedBuffer
+	events  *testutil.LockedBuffer
 	done    chan error
 }
 
@@ -175,7 +156,7 @@ func startJob(t *testing.T) *job {
 		name: fmt.Sprintf("wl-%d", os.Getpid()), ckpt: ckpt,
 		rankURL: [2]string{fmt.Sprintf("http://127.0.0.1:%d/metrics", base), fmt.Sprintf("http://127.0.0.1:%d/metrics", base+1)},
 		supURL:  "http://" + sup + "/metrics",
-		out:     &lockedBuffer{}, events: &lockedBuffer{}, done: make(chan error, 1),
+		out:     &testutil.LockedBuffer{}, events: &testutil.LockedBuffer{}, done: make(chan error, 1),
 	}
 	tr := workload.Train{
 		Backend: "gloo", Hidden: 512, Layers: 4, Batch: 32, Duration: 10 * time.Minute,
@@ -698,7 +679,7 @@ func killHelper(t *testing.T, j *job, cfg helperConfig) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out lockedBuffer
+	var out testutil.LockedBuffer
 	cmd := exec.Command(os.Args[0], "-test.run=^TestWorkloadInjectorHelper$", "-test.v")
 	cmd.Env = append(os.Environ(), helperRoleEnv+"="+string(b))
 	cmd.Stdout, cmd.Stderr = &out, &out

@@ -19,28 +19,12 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// syncBuffer is a bytes.Buffer safe for the supervisor's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func parseEvents(t *testing.T, s string) []Event {
@@ -181,7 +165,7 @@ func TestSupervisor(t *testing.T) {
 			t.Parallel()
 			out := t.TempDir()
 			job := "suptest-" + strings.ReplaceAll(tc.name, " ", "-")
-			var events, output syncBuffer
+			var events, output testutil.LockedBuffer
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			if tc.cancelAfter > 0 {

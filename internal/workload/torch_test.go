@@ -19,6 +19,8 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // These tests run the embedded train.py with Debian's PyTorch on CPU
@@ -112,7 +114,7 @@ func runJob(ctx context.Context, t *testing.T, o Options, tr Train) jobRun {
 	if err := tr.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	var out, events syncBuffer
+	var out, events testutil.LockedBuffer
 	o.Ranks = 2
 	o.Args = tr.Args()
 	o.Output, o.Events = &out, &events
