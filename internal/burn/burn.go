@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/cuda"
+	"github.com/gpuchaos/gpuchaos/internal/tick"
 )
 
 // StopReason says why a burn ended.
@@ -357,17 +358,7 @@ func (w *worker) run(ctx context.Context) (res GPUResult, err error) {
 }
 
 // idle waits for d or until ctx ends, whichever comes first.
-func idle(ctx context.Context, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
-}
+func idle(ctx context.Context, d time.Duration) { _ = tick.Sleep(ctx, d) }
 
 // buffers is what a burn holds on its GPU.
 type buffers struct {

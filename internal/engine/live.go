@@ -12,6 +12,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/probe/promapi"
 	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/tick"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 	"github.com/gpuchaos/gpuchaos/internal/twin/live"
 )
@@ -38,19 +39,7 @@ func (LiveTarget) Name() string { return "twin" }
 func (LiveTarget) Now() time.Time { return time.Now() }
 
 // Sleep waits for d of wall time, returning ctx.Err() early when ctx ends.
-func (LiveTarget) Sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+func (LiveTarget) Sleep(ctx context.Context, d time.Duration) error { return tick.Sleep(ctx, d) }
 
 // Inventory returns the twin's nodes, GPUs and jobs.
 func (t LiveTarget) Inventory(ctx context.Context) (target.Inventory, error) {

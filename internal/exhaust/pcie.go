@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/cuda"
+	"github.com/gpuchaos/gpuchaos/internal/tick"
 )
 
 // copiesPerRound is how many copies each direction issues between two
@@ -211,20 +212,7 @@ func issueAt(t0 time.Time, issued, rate uint64) time.Time {
 
 // sleepUntil waits until t and reports true, or reports false as soon as
 // ctx ends.
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
+func sleepUntil(ctx context.Context, t time.Time) bool { return tick.Sleep(ctx, time.Until(t)) == nil }
 
 // issue queues k copies between the lane's two events.
 func (l *lane) issue(c *cuda.Context, n uint64, k int) error {

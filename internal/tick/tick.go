@@ -40,3 +40,19 @@ func Run(ctx context.Context, interval time.Duration, fn func(now time.Time) err
 		}
 	}
 }
+
+// Sleep waits for d, or until ctx ends, and returns ctx.Err() when ctx
+// ended first (also when d is not positive and ctx has already ended).
+func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

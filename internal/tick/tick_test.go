@@ -61,3 +61,24 @@ func TestRunReturnsWorkError(t *testing.T) {
 		t.Fatalf("err = %v, want boom", err)
 	}
 }
+
+func TestSleep(t *testing.T) {
+	t.Parallel()
+	if err := Sleep(context.Background(), time.Millisecond); err != nil {
+		t.Errorf("a plain sleep: %v", err)
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, d := range []time.Duration{0, -time.Second, time.Hour} {
+		start := time.Now()
+		if err := Sleep(done, d); err != context.Canceled {
+			t.Errorf("Sleep(cancelled, %v) = %v, want context.Canceled", d, err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("Sleep(cancelled, %v) took %v", d, took)
+		}
+	}
+	if err := Sleep(context.Background(), 0); err != nil {
+		t.Errorf("Sleep(0) = %v", err)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
+	"github.com/gpuchaos/gpuchaos/internal/tick"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 )
 
@@ -160,7 +161,7 @@ func Bench(ctx context.Context, o BenchOptions) (res BenchResult, err error) {
 			}
 			seen = n
 		}
-		if err := sleep(ctx, o.Interval); err != nil {
+		if err := tick.Sleep(ctx, o.Interval); err != nil {
 			return res, err
 		}
 	}
@@ -182,7 +183,7 @@ func Bench(ctx context.Context, o BenchOptions) (res BenchResult, err error) {
 	for j := range o.Burst {
 		// Pace the burst evenly over BurstOver.
 		if d := time.Until(start.Add(o.BurstOver * time.Duration(j) / time.Duration(o.Burst))); d > 0 {
-			if err := sleep(ctx, d); err != nil {
+			if err := tick.Sleep(ctx, d); err != nil {
 				return res, err
 			}
 		}
@@ -339,15 +340,4 @@ func SumXIDEvents(r io.Reader, code string) (float64, error) {
 		}
 	}
 	return sum, nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
