@@ -4,7 +4,7 @@ import "fmt"
 
 // ebpfFaults act in the kernel through eBPF programs built in Go (strategy 5
 // of the talk), with no C compiler and no netem. Measured on the development
-// kernel: a cls_bpf direct-action program on a clsact qdisc dropped 29–31 %
+// kernel (DESIGN.md §5): a cls_bpf direct-action program on a clsact qdisc dropped 29–31 %
 // of pings at p = 0.30 across a veth pair, and deleting it restored 0 %.
 func ebpfFaults() []*Fault {
 	workload := func() []Layer { return []Layer{LayerWorkload} }

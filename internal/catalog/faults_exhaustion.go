@@ -2,10 +2,11 @@ package catalog
 
 import "math"
 
-// PCIe copy-storm model. Both figures are assumptions until measured: a
-// Gen5 x16 link moves about 55 GB/s of host-device copies in practice, and
-// a data-loader-fed training step spends about a tenth of its time in
-// host-to-device input copies that do not overlap compute.
+// PCIe copy-storm model. The link figure is measured: `gpuchaos exhaust
+// pcie` moved 55.4 GB/s host to device and 55.3 back over an H200's Gen5
+// x16 link (docs/results/h200-2026-11-30-b.md). The copy share is an
+// assumption: a data-loader-fed training step spends about a tenth of its
+// time in host-to-device input copies that do not overlap compute.
 const (
 	pcieLinkBytesPerSecond = 55e9
 	pcieCopyShareOfStep    = 0.1

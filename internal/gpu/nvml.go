@@ -51,9 +51,10 @@ type nvmlSource struct {
 // EnergyInterval is how often a GPU's energy counter is read; samples in
 // between repeat the last reading. Reading it (nvmlDeviceGetTotalEnergy-
 // Consumption, or its field) cost 3.9 ms of kernel CPU time per call on an
-// H200 with driver 580, a thousand times any other reading of a sample
-// (BenchmarkNVMLField, docs/results/h200-2026-11-30-b.md): read every
-// second for two GPUs it was most of the agent's CPU. A cumulative counter
+// H200 with driver 580, hundreds of times any other reading of a sample
+// but the PCIe replay counter's 0.12 ms (BenchmarkNVMLField,
+// docs/results/raw-2026-11-30/device-output-tails.txt): read every second
+// for two GPUs it was most of the agent's CPU. A cumulative counter
 // read every ten seconds still gives rate() over any usual window.
 const EnergyInterval = 10 * time.Second
 
