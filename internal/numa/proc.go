@@ -3,24 +3,19 @@ package numa
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
 )
 
-// Threads returns the thread IDs of process pid, from /proc/PID/task.
+// Threads returns the thread IDs of process pid, from /proc/PID/task,
+// sorted.
 func Threads(pid int) ([]int, error) {
-	ents, err := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	out, err := procfind.Threads(pid)
 	if err != nil {
 		return nil, fmt.Errorf("list threads of pid %d: %w", pid, err)
-	}
-	out := make([]int, 0, len(ents))
-	for _, e := range ents {
-		if tid, err := strconv.Atoi(e.Name()); err == nil && tid > 0 {
-			out = append(out, tid)
-		}
 	}
 	slices.Sort(out)
 	return out, nil

@@ -1,13 +1,13 @@
 package workload
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
+
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
 )
 
 // RankProcess is a process that carries a job's rank environment.
@@ -54,9 +54,9 @@ func FindRanks(procRoot, job string) ([]RankProcess, error) {
 		}
 		rp.Pid = pid
 		found = append(found, rp)
-		if stat, err := os.ReadFile(filepath.Join(procRoot, e.Name(), "stat")); err == nil {
-			if ppid, ok := parsePPid(stat); ok {
-				parent[pid] = ppid
+		if b, err := os.ReadFile(filepath.Join(procRoot, e.Name(), "stat")); err == nil {
+			if st, err := procfind.ParseStat(b); err == nil {
+				parent[pid] = st.PPID
 			}
 		}
 	}
@@ -80,44 +80,18 @@ func FindRanks(procRoot, job string) ([]RankProcess, error) {
 // parseRankEnviron reads a NUL-separated environ block and reports whether
 // it belongs to a rank of job.
 func parseRankEnviron(b []byte, job string) (RankProcess, bool) {
+	env := procfind.Environ(b)
 	var rp RankProcess
-	gotJob, gotRank := false, false
-	for _, kv := range bytes.Split(b, []byte{0}) {
-		k, v, ok := strings.Cut(string(kv), "=")
-		if !ok {
-			continue
-		}
-		switch k {
-		case EnvJob:
-			gotJob = v == job
-			rp.Job = v
-		case EnvRank:
-			r, err := strconv.Atoi(v)
-			gotRank = err == nil && r >= 0
-			rp.Rank = r
-		case EnvRun:
-			rp.Run = v
-		case EnvRestart:
-			rp.Restart, _ = strconv.Atoi(v)
-		}
+	rp.Job, _ = env.Lookup(EnvJob)
+	v, gotRank := env.Lookup(EnvRank)
+	r, err := strconv.Atoi(v)
+	rp.Rank = r
+	gotRank = gotRank && err == nil && r >= 0
+	rp.Run, _ = env.Lookup(EnvRun)
+	if v, ok := env.Lookup(EnvRestart); ok {
+		rp.Restart, _ = strconv.Atoi(v)
 	}
-	return rp, gotJob && gotRank
-}
-
-// parsePPid reads the parent pid from /proc/PID/stat: the fourth field,
-// counted after the command name, which is in parentheses and may itself
-// hold spaces and parentheses.
-func parsePPid(stat []byte) (int, bool) {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, false
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 2 {
-		return 0, false
-	}
-	ppid, err := strconv.Atoi(f[1])
-	return ppid, err == nil
+	return rp, rp.Job == job && gotRank
 }
 
 // groupLive reports whether any process of process group pgid under
@@ -137,24 +111,9 @@ func groupLive(procRoot string, pgid int) bool {
 		if err != nil {
 			continue
 		}
-		if state, pg, ok := parseStatePgrp(b); ok && pg == pgid && state != 'Z' && state != 'X' {
+		if st, err := procfind.ParseStat(b); err == nil && st.PGRP == pgid && st.State != 'Z' && st.State != 'X' {
 			return true
 		}
 	}
 	return false
-}
-
-// parseStatePgrp reads the state (third field) and process group (fifth)
-// from /proc/PID/stat, counting after the parenthesised command name.
-func parseStatePgrp(stat []byte) (byte, int, bool) {
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, 0, false
-	}
-	f := strings.Fields(string(stat[i+1:]))
-	if len(f) < 3 || len(f[0]) != 1 {
-		return 0, 0, false
-	}
-	pg, err := strconv.Atoi(f[2])
-	return f[0][0], pg, err == nil
 }

@@ -1,7 +1,6 @@
 package netfault
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
 	nf "github.com/gpuchaos/gpuchaos/internal/netfault"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 )
@@ -210,13 +210,8 @@ type Record struct {
 // foreign file.
 func DecodeRecord(b []byte) (Record, error) {
 	var r Record
-	d := json.NewDecoder(bytes.NewReader(b))
-	d.DisallowUnknownFields()
-	if err := d.Decode(&r); err != nil {
-		return Record{}, fmt.Errorf("parse: %w", err)
-	}
-	if d.More() {
-		return Record{}, errors.New("parse: data after the record")
+	if err := statedir.Decode(b, &r); err != nil {
+		return Record{}, err
 	}
 	if r.Version != recordVersion {
 		return Record{}, fmt.Errorf("version %d, want %d", r.Version, recordVersion)
