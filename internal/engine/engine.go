@@ -627,7 +627,7 @@ func Matches(s probe.Subject, r target.Ref, inv target.Inventory) bool {
 		if s.GPU == "" && s.UUID == "" && s.PCI == "" || r.Kind == catalog.ScopeNode {
 			return true
 		}
-		return s.GPU == strconv.Itoa(r.GPU) || s.UUID != "" && s.UUID == r.UUID || s.PCI != "" && samePCI(s.PCI, r.PCI)
+		return sameGPU(s, r)
 	}
 	if s.Job == "" {
 		// A GPU named without its node (a series without a Hostname
@@ -638,7 +638,7 @@ func Matches(s probe.Subject, r target.Ref, inv target.Inventory) bool {
 		case s.UUID != "":
 			return s.UUID == r.UUID
 		case len(inv.Nodes) == 1 && inv.Nodes[0].Name == r.Node && r.Kind != catalog.ScopeJob:
-			return r.Kind == catalog.ScopeNode || s.GPU == strconv.Itoa(r.GPU) || s.PCI != "" && samePCI(s.PCI, r.PCI)
+			return r.Kind == catalog.ScopeNode || sameGPU(s, r)
 		}
 		return false
 	}
@@ -650,6 +650,12 @@ func Matches(s probe.Subject, r target.Ref, inv target.Inventory) bool {
 	default:
 		return jobOn(inv, s.Job, r.Node, r.GPU)
 	}
+}
+
+// sameGPU reports whether the subject names r's GPU by index, UUID or bus
+// id.
+func sameGPU(s probe.Subject, r target.Ref) bool {
+	return s.GPU == strconv.Itoa(r.GPU) || s.UUID != "" && s.UUID == r.UUID || s.PCI != "" && samePCI(s.PCI, r.PCI)
 }
 
 func jobOn(inv target.Inventory, job, node string, gpu int) bool {

@@ -297,7 +297,6 @@ func (s *nvmlSource) readFields(index int, r *reader, smp *Sample) {
 	s.energyMu.Lock()
 	last := s.energy[index]
 	s.energyMu.Unlock()
-	// A GPU without the counter is asked again only every interval too.
 	readEnergy := last.at.IsZero() || now.Sub(last.at) >= EnergyInterval
 	if !readEnergy && last.ok {
 		smp.EnergyMJ = last.mj
@@ -319,11 +318,9 @@ func (s *nvmlSource) readFields(index int, r *reader, smp *Sample) {
 	if !r.ok(r.h.GetFieldValues(fv)) {
 		return
 	}
-	if readEnergy {
-		s.energyMu.Lock()
-		s.energy[index] = energyReading{at: now}
-		s.energyMu.Unlock()
-	}
+	// A read that answered is remembered whether or not the GPU has the
+	// counter, so either way it is asked again only after the interval.
+	read := energyReading{at: now}
 	for _, f := range fv {
 		if !r.ok(nvml.Return(f.NvmlReturn)) {
 			continue
@@ -337,9 +334,7 @@ func (s *nvmlSource) readFields(index int, r *reader, smp *Sample) {
 			smp.MemTempC = v
 		case nvml.FI_DEV_TOTAL_ENERGY_CONSUMPTION:
 			smp.EnergyMJ = v
-			s.energyMu.Lock()
-			s.energy[index] = energyReading{mj: v, at: now, ok: true}
-			s.energyMu.Unlock()
+			read.mj, read.ok = v, true
 		case nvml.FI_DEV_PCIE_REPLAY_COUNTER:
 			smp.PCIeReplays = v
 		case nvml.FI_DEV_REMAPPED_COR:
@@ -352,6 +347,11 @@ func (s *nvmlSource) readFields(index int, r *reader, smp *Sample) {
 				smp.RemapFailure = 1
 			}
 		}
+	}
+	if readEnergy {
+		s.energyMu.Lock()
+		s.energy[index] = read
+		s.energyMu.Unlock()
 	}
 }
 
