@@ -54,11 +54,12 @@ type Options struct {
 type Store struct {
 	opts Options
 
-	mu       sync.Mutex
-	series   map[string]*twin.Series // by metric name + label key
+	mu sync.Mutex
+	// series holds each page's series, by instance and then by metric
+	// name + label key, so a scrape walks only its own page's.
+	series   map[string]map[string]*twin.Series
 	byMetric map[string][]*twin.Series
-	// instance[s] is the page series s came from.
-	instance map[*twin.Series]string
+	urls     []string
 	last     time.Time
 	lastErr  error
 	scrapes  int
@@ -86,14 +87,15 @@ func New(opts Options) (*Store, error) {
 			return nil, fmt.Errorf("scrape: an empty exporter url")
 		}
 	}
-	return &Store{opts: opts, series: map[string]*twin.Series{}, byMetric: map[string][]*twin.Series{}, instance: map[*twin.Series]string{}}, nil
+	return &Store{opts: opts, series: map[string]map[string]*twin.Series{}, byMetric: map[string][]*twin.Series{},
+		urls: append([]string{opts.URL}, opts.More...)}, nil
 }
 
 // URL returns the first page the store reads.
 func (s *Store) URL() string { return s.opts.URL }
 
 // URLs returns every page the store reads.
-func (s *Store) URLs() []string { return append([]string{s.opts.URL}, s.opts.More...) }
+func (s *Store) URLs() []string { return slices.Clone(s.urls) }
 
 // Scrapes returns how many pages were stored.
 func (s *Store) Scrapes() int {
@@ -121,8 +123,8 @@ func (s *Store) Scrape(ctx context.Context) error {
 	// Each page is fetched outside the lock; one that fails leaves its
 	// series stale and the others are still stored.
 	var errs []error
-	pages := make([]map[string]*dto.MetricFamily, 0, 1+len(s.opts.More))
-	for _, u := range s.URLs() {
+	pages := make([]map[string]*dto.MetricFamily, 0, len(s.urls))
+	for _, u := range s.urls {
 		fams, err := s.fetch(ctx, u)
 		if err != nil {
 			errs = append(errs, err)
@@ -133,7 +135,7 @@ func (s *Store) Scrape(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.lastErr = err
-	for i, u := range s.URLs() {
+	for i, u := range s.urls {
 		s.add(now, instanceOf(u), pages[i]) // nil on error: that page's series go stale
 	}
 	if len(errs) == len(pages) {
@@ -188,7 +190,12 @@ func Parse(r io.Reader) (map[string]*dto.MetricFamily, error) {
 // add stores one page of instance taken at now. Guarded by mu.
 func (s *Store) add(now time.Time, instance string, fams map[string]*dto.MetricFamily) {
 	t := now.UnixMilli()
-	seen := make(map[*twin.Series]bool, len(s.series))
+	page := s.series[instance]
+	if page == nil {
+		page = map[string]*twin.Series{}
+		s.series[instance] = page
+	}
+	seen := make(map[*twin.Series]bool, len(page))
 	for name, fam := range fams {
 		for _, m := range fam.GetMetric() {
 			v, ok := value(fam.GetType(), m)
@@ -197,22 +204,18 @@ func (s *Store) add(now time.Time, instance string, fams map[string]*dto.MetricF
 			}
 			ls := labels(m, instance)
 			key := name + ls.String()
-			ser := s.series[key]
+			ser := page[key]
 			if ser == nil {
 				ser = &twin.Series{Metric: name, Labels: ls}
-				s.series[key] = ser
+				page[key] = ser
 				s.byMetric[name] = append(s.byMetric[name], ser)
-				s.instance[ser] = instance
 			}
 			ser.Samples = append(ser.Samples, twin.Sample{T: t, V: v})
 			seen[ser] = true
 		}
 	}
 	cut := now.Add(-s.opts.Retention).UnixMilli()
-	for key, ser := range s.series {
-		if s.instance[ser] != instance {
-			continue
-		}
+	for key, ser := range page {
 		if !seen[ser] {
 			if n := len(ser.Samples); n > 0 && !twin.IsStale(ser.Samples[n-1].V) {
 				ser.Samples = append(ser.Samples, twin.Sample{T: t, V: twin.StaleNaN})
@@ -221,8 +224,7 @@ func (s *Store) add(now time.Time, instance string, fams map[string]*dto.MetricF
 		i := sort.Search(len(ser.Samples), func(i int) bool { return ser.Samples[i].T >= cut })
 		ser.Samples = slices.Delete(ser.Samples, 0, i)
 		if len(ser.Samples) == 0 {
-			delete(s.series, key)
-			delete(s.instance, ser)
+			delete(page, key)
 			s.byMetric[ser.Metric] = slices.DeleteFunc(s.byMetric[ser.Metric], func(x *twin.Series) bool { return x == ser })
 		}
 	}
