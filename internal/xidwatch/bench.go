@@ -3,17 +3,16 @@ package xidwatch
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
+	"github.com/gpuchaos/gpuchaos/internal/probe/scrape"
 	"github.com/gpuchaos/gpuchaos/internal/tick"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 )
@@ -289,24 +288,12 @@ func newMetricsObserver(ctx context.Context, url string, client *http.Client, co
 
 // count fetches the page once and sums the bench code's XID counters.
 func (m *metricsObserver) count(ctx context.Context) (float64, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.url, nil)
+	fams, err := scrape.Fetch(ctx, m.client, m.url)
 	if err != nil {
-		return 0, fmt.Errorf("xid bench: metrics url: %w", err)
-	}
-	resp, err := m.client.Do(req)
-	if err != nil {
-		return 0, fmt.Errorf("xid bench: fetch %s: %w", m.url, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("xid bench: fetch %s: %s", m.url, resp.Status)
+		return 0, fmt.Errorf("xid bench: fetch %w", err)
 	}
 	m.polls++
-	v, err := SumXIDEvents(resp.Body, m.code)
-	if err != nil {
-		return 0, fmt.Errorf("xid bench: read %s: %w", m.url, err)
-	}
-	return v, nil
+	return sumXIDEvents(fams, m.code), nil
 }
 
 func (m *metricsObserver) waitSeen(ctx context.Context, n int, deadline time.Time) (int, time.Time, error) {
@@ -323,14 +310,9 @@ func (m *metricsObserver) waitSeen(ctx context.Context, n int, deadline time.Tim
 	}
 }
 
-// SumXIDEvents reads a text exposition and returns the sum of
-// gpuchaos_xid_events_total over every series whose code label is code.
-func SumXIDEvents(r io.Reader, code string) (float64, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(r)
-	if err != nil {
-		return 0, err
-	}
+// sumXIDEvents returns the sum of gpuchaos_xid_events_total over every
+// series of a page whose code label is code.
+func sumXIDEvents(fams map[string]*dto.MetricFamily, code string) float64 {
 	sum := 0.0
 	for _, m := range fams["gpuchaos_xid_events_total"].GetMetric() {
 		for _, l := range m.GetLabel() {
@@ -339,5 +321,5 @@ func SumXIDEvents(r io.Reader, code string) (float64, error) {
 			}
 		}
 	}
-	return sum, nil
+	return sum
 }

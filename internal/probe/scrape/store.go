@@ -162,21 +162,30 @@ func (s *Store) With(fn func()) {
 }
 
 func (s *Store) fetch(ctx context.Context, u string) (map[string]*dto.MetricFamily, error) {
+	fams, err := Fetch(ctx, s.opts.Client, u)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %w", err)
+	}
+	return fams, nil
+}
+
+// Fetch gets one exposition page and parses it. Errors name the URL.
+func Fetch(ctx context.Context, client *http.Client, u string) (map[string]*dto.MetricFamily, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", u, err)
+		return nil, fmt.Errorf("%s: %w", u, err)
 	}
-	resp, err := s.opts.Client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", u, err)
+		return nil, fmt.Errorf("%s: %w", u, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("scrape %s: %s", u, resp.Status)
+		return nil, fmt.Errorf("%s: %s", u, resp.Status)
 	}
 	fams, err := Parse(resp.Body)
 	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", u, err)
+		return nil, fmt.Errorf("%s: %w", u, err)
 	}
 	return fams, nil
 }
