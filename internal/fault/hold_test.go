@@ -34,3 +34,22 @@ func TestHoldUntil(t *testing.T) {
 		})
 	}
 }
+
+func TestHoldFor(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 11, 30, 7, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name string
+		ctx  context.Context
+		want time.Duration
+	}{
+		{"no hold time", context.Background(), DefaultHold},
+		{"ten minutes ahead", WithHoldUntil(context.Background(), now.Add(10*time.Minute)), 11 * time.Minute},
+		{"already past", WithHoldUntil(context.Background(), now.Add(-time.Hour)), HoldMargin},
+	}
+	for _, tc := range tests {
+		if got := HoldFor(tc.ctx, now); got != tc.want {
+			t.Errorf("%s: HoldFor = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -14,13 +14,9 @@ import (
 
 // Bounds of a child's own duration.
 const (
-	// DefaultHold is how long a child runs when the context carries no
-	// fault.HoldUntil time.
-	DefaultHold = time.Hour
-	// HoldMargin is added to the fault.HoldUntil time, so the engine's
-	// recovery always finds the child still running rather than racing
-	// its end; it is also the least a child is given.
-	HoldMargin = time.Minute
+	// DefaultHold and HoldMargin are fault's; see fault.HoldFor.
+	DefaultHold = fault.DefaultHold
+	HoldMargin  = fault.HoldMargin
 	// MaxHold is the commands' own cap on --duration.
 	MaxHold = min(burn.MaxDuration, exhaust.MaxDuration)
 )
@@ -51,11 +47,7 @@ func mechanismOf(faultID string) (string, bool) {
 // context's hold time plus HoldMargin (DefaultHold without one), at least
 // HoldMargin, at most MaxHold, rounded up to whole seconds.
 func childDuration(ctx context.Context, now time.Time) time.Duration {
-	d := DefaultHold
-	if until, ok := fault.HoldUntil(ctx); ok {
-		d = until.Sub(now) + HoldMargin
-	}
-	d = min(max(d, HoldMargin), MaxHold)
+	d := min(fault.HoldFor(ctx, now), MaxHold)
 	if r := d % time.Second; r != 0 {
 		d += time.Second - r
 	}

@@ -21,11 +21,7 @@ import (
 // HoldMargin, DefaultHold without one, at least HoldMargin, in whole
 // seconds.
 func hogDuration(ctx context.Context, now time.Time) time.Duration {
-	d := DefaultHold
-	if until, ok := fault.HoldUntil(ctx); ok {
-		d = until.Sub(now) + HoldMargin
-	}
-	return max(d, HoldMargin).Round(time.Second)
+	return fault.HoldFor(ctx, now).Round(time.Second)
 }
 
 // hogArgs returns the hog's flags for the fault on node n.

@@ -27,12 +27,9 @@ var mechanisms = map[string]string{
 
 // Defaults of the hog children's lifetime and stopping.
 const (
-	// DefaultHold is how long a hog runs when the context carries no
-	// fault.HoldUntil time.
-	DefaultHold = time.Hour
-	// HoldMargin is added to the fault.HoldUntil time so the engine's
-	// recovery finds the hog still running rather than racing its end.
-	HoldMargin = time.Minute
+	// DefaultHold and HoldMargin are fault's; see fault.HoldFor.
+	DefaultHold = fault.DefaultHold
+	HoldMargin  = fault.HoldMargin
 	// ReadyTimeout bounds how long Inject waits for a hog to hold its
 	// memory or CPUs; touching a node's worth of memory takes seconds.
 	ReadyTimeout = 2 * time.Minute
