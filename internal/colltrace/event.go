@@ -52,18 +52,6 @@ func DecodeRecord(b []byte) (Record, error) {
 	}, nil
 }
 
-// appendRecord encodes r in the programs' layout; tests use it to build
-// records the way the kernel would.
-func appendRecord(b []byte, r Record) []byte {
-	o := binary.NativeEndian
-	b = o.AppendUint64(b, r.Time)
-	b = o.AppendUint32(b, r.TID)
-	b = o.AppendUint32(b, r.PID)
-	b = o.AppendUint32(b, r.Symbol)
-	b = o.AppendUint32(b, 0)
-	return o.AppendUint64(b, r.Count)
-}
-
 // Event is one entry into a traced NCCL function by one process.
 type Event struct {
 	// PID is the process (thread-group) id.

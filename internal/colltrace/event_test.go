@@ -1,6 +1,7 @@
 package colltrace
 
 import (
+	"encoding/binary"
 	"strings"
 	"testing"
 )
@@ -77,4 +78,16 @@ func FuzzDecodeRecord(f *testing.F) {
 			t.Errorf("decode(%x) = %+v re-encodes as %x", b, r, again)
 		}
 	})
+}
+
+// appendRecord encodes r in the programs' layout; tests use it to build
+// records the way the kernel would.
+func appendRecord(b []byte, r Record) []byte {
+	o := binary.NativeEndian
+	b = o.AppendUint64(b, r.Time)
+	b = o.AppendUint32(b, r.TID)
+	b = o.AppendUint32(b, r.PID)
+	b = o.AppendUint32(b, r.Symbol)
+	b = o.AppendUint32(b, 0)
+	return o.AppendUint64(b, r.Count)
 }

@@ -27,3 +27,8 @@ func TestRunning(t *testing.T) {
 		t.Errorf("running(self with another start time) = %v, %v; want false", ok, err)
 	}
 }
+
+// running reports whether the recorded child still runs: the pid exists,
+// has the recorded start time (so it was not reused) and is not a zombie
+// (a zombie is dead; only its exit status waits for its parent).
+func running(c childRecord) (bool, error) { return c.id().Alive() }
