@@ -50,6 +50,10 @@ type Rank struct {
 	Rank int
 	// LocalRank and WorldSize are -1 when the environment lacks them.
 	LocalRank, WorldSize int
+	// Env is the environment Ranks read the rank from (as a string, so
+	// that Rank stays comparable), for callers that need more of it, such
+	// as a checkpoint directory; not recorded.
+	Env string `json:"-"`
 }
 
 // ParseRank reads the rank variables from an environment. ok is false when
@@ -153,7 +157,7 @@ func Ranks(job string) ([]Rank, error) {
 		if err != nil || st.State == 'Z' || st.State == 'X' {
 			continue
 		}
-		r.Proc = Proc{PID: pid, StartTicks: st.StartTicks}
+		r.Proc, r.Env = Proc{PID: pid, StartTicks: st.StartTicks}, string(env)
 		out = append(out, r)
 	}
 	slices.SortFunc(out, func(a, b Rank) int {

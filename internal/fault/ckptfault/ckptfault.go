@@ -170,11 +170,7 @@ func checkpointDir(ref target.Ref, v catalog.Values) (string, error) {
 			return "", err
 		}
 		for _, r := range ranks {
-			env, err := procfind.ReadEnviron(r.PID)
-			if err != nil {
-				continue
-			}
-			if d, ok := env.Lookup(EnvCheckpointDir); ok && d != "" {
+			if d, ok := procfind.Environ(r.Env).Lookup(EnvCheckpointDir); ok && d != "" {
 				p = d
 				break
 			}
