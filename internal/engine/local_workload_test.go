@@ -21,6 +21,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
@@ -382,17 +383,6 @@ func injector(t *testing.T, lt *LocalTarget, id string) fault.Injector {
 	return inj
 }
 
-// values returns the fault's defaults with params laid over them.
-func values(t *testing.T, id string, params map[string]string) catalog.Values {
-	t.Helper()
-	f, _ := catalog.Lookup(id)
-	v, err := f.Resolve(params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
 // waitCheckpoint waits for a checkpoint newer than after and returns the
 // newest valid step.
 func (j *job) waitCheckpoint(t *testing.T, after int) int {
@@ -420,7 +410,7 @@ func TestWorkloadChaosLocal(t *testing.T) {
 		before := j.rate(t, 4*time.Second)
 		inj := injector(t, lt, "workload.straggler")
 		key := "straggler-" + j.name
-		if err := inj.Inject(t.Context(), key, rank1, values(t, "workload.straggler", map[string]string{"slowdown": "2"})); err != nil {
+		if err := inj.Inject(t.Context(), key, rank1, faulttest.Values(t, "workload.straggler", map[string]string{"slowdown": "2"})); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Second) // the throttle settles
@@ -497,11 +487,11 @@ func TestWorkloadChaosLocal(t *testing.T) {
 		attempts := len(j.starts(0))
 		newest := j.waitCheckpoint(t, j.waitStep(t, 0, 0, time.Second))
 		if err := injector(t, lt, "checkpoint.corrupt-newest").Inject(t.Context(), "corrupt-"+j.name, jobRef,
-			values(t, "checkpoint.corrupt-newest", map[string]string{"bytes": "64"})); err != nil {
+			faulttest.Values(t, "checkpoint.corrupt-newest", map[string]string{"bytes": "64"})); err != nil {
 			t.Fatal(err)
 		}
 		if err := injector(t, lt, "workload.kill-rank").Inject(t.Context(), "kill2-"+j.name, rank1,
-			values(t, "workload.kill-rank", map[string]string{"signal": "SIGKILL"})); err != nil {
+			faulttest.Values(t, "workload.kill-rank", map[string]string{"signal": "SIGKILL"})); err != nil {
 			t.Fatal(err)
 		}
 		start := j.waitAttempt(t, attempts, 60*time.Second)
@@ -538,7 +528,7 @@ func TestWorkloadChaosLocal(t *testing.T) {
 		}
 		j.waitStep(t, 0, highest+1, 30*time.Second)
 		err = injector(t, lt, "checkpoint.kill-writer").Inject(t.Context(), "killwriter-"+j.name, jobRef,
-			values(t, "checkpoint.kill-writer", map[string]string{"signal": "SIGKILL", "timeout": "30s"}))
+			faulttest.Values(t, "checkpoint.kill-writer", map[string]string{"signal": "SIGKILL", "timeout": "30s"}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -581,7 +571,7 @@ func TestWorkloadChaosLocal(t *testing.T) {
 		inj := injector(t, lt, "checkpoint.fill-volume")
 		key := "fill-" + j.name
 		free0 := avail(t, j.ckpt)
-		if err := inj.Inject(t.Context(), key, jobRef, values(t, "checkpoint.fill-volume", nil)); err != nil {
+		if err := inj.Inject(t.Context(), key, jobRef, faulttest.Values(t, "checkpoint.fill-volume", nil)); err != nil {
 			t.Fatal(err)
 		}
 		s0, _ := j.step(0)

@@ -43,7 +43,7 @@ func TestKillWriterTearsTheCheckpoint(t *testing.T) {
 				raw["pid"], ref = strconv.Itoa(w.p.PID), jobRef("")
 			}
 			in := newInjector(t, idKillWriter, "")
-			if err := in.Inject(context.Background(), "k", ref, values(t, idKillWriter, raw)); err != nil {
+			if err := in.Inject(context.Background(), "k", ref, faulttest.Values(t, idKillWriter, raw)); err != nil {
 				t.Fatal(err)
 			}
 			if ws := w.wait(t, 10*time.Second); !ws.Signaled() || ws.Signal() != tc.wantSig {
@@ -84,7 +84,7 @@ func TestKillWriterGivesUp(t *testing.T) {
 	idle := start(t, "idle", job, dir)
 	in := newInjector(t, idKillWriter, "")
 	t0 := time.Now()
-	err := in.Inject(context.Background(), "k", jobRef(job), values(t, idKillWriter, map[string]string{"path": dir, "timeout": "1s"}))
+	err := in.Inject(context.Background(), "k", jobRef(job), faulttest.Values(t, idKillWriter, map[string]string{"path": dir, "timeout": "1s"}))
 	if err == nil || !strings.Contains(err.Error(), "within 1s") {
 		t.Fatalf("Inject = %v, want a timeout", err)
 	}
@@ -100,7 +100,7 @@ func TestKillWriterGivesUp(t *testing.T) {
 	// The engine's hold time bounds the watch too.
 	ctx := fault.WithHoldUntil(context.Background(), time.Now().Add(300*time.Millisecond))
 	t0 = time.Now()
-	if err := in.Inject(ctx, "k", jobRef(job), values(t, idKillWriter, map[string]string{"path": dir})); err == nil {
+	if err := in.Inject(ctx, "k", jobRef(job), faulttest.Values(t, idKillWriter, map[string]string{"path": dir})); err == nil {
 		t.Fatal("Inject past the hold time succeeded")
 	}
 	if d := time.Since(t0); d > 3*time.Second {
@@ -126,7 +126,7 @@ func TestFillVolumeLeavesTheFreeSpaceAsked(t *testing.T) {
 				t.Fatal(err)
 			}
 			in := newInjector(t, idFill, "")
-			v := values(t, idFill, map[string]string{"path": dir, "free": strconv.FormatInt(tc.free, 10)})
+			v := faulttest.Values(t, idFill, map[string]string{"path": dir, "free": strconv.FormatInt(tc.free, 10)})
 			if err := in.Inject(context.Background(), "k", jobRef(""), v); err != nil {
 				t.Fatal(err)
 			}
@@ -179,7 +179,7 @@ func TestRefusesDirectoriesOutsideThePath(t *testing.T) {
 		for _, tc := range tests {
 			t.Run(id+"/"+tc.name, func(t *testing.T) {
 				in := newInjector(t, id, "")
-				err := in.Inject(context.Background(), "k", jobRef(""), values(t, id, map[string]string{"path": tc.path}))
+				err := in.Inject(context.Background(), "k", jobRef(""), faulttest.Values(t, id, map[string]string{"path": tc.path}))
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("Inject = %v, want an error with %q", err, tc.wantErr)
 				}
@@ -195,11 +195,11 @@ func TestCheckpointDirFromTheJobsEnvironment(t *testing.T) {
 	t.Parallel()
 	dir, job := realTempDir(t), jobName(t)
 	start(t, "idle", job, dir, EnvCheckpointDir+"="+dir)
-	got, err := checkpointDir(jobRef(job), values(t, idFill, nil))
+	got, err := checkpointDir(jobRef(job), faulttest.Values(t, idFill, nil))
 	if err != nil || got != dir {
 		t.Fatalf("checkpointDir = %q, %v; want %q", got, err, dir)
 	}
-	if _, err := checkpointDir(jobRef(job+"-none"), values(t, idFill, nil)); err == nil || !strings.Contains(err.Error(), EnvCheckpointDir) {
+	if _, err := checkpointDir(jobRef(job+"-none"), faulttest.Values(t, idFill, nil)); err == nil || !strings.Contains(err.Error(), EnvCheckpointDir) {
 		t.Fatalf("checkpointDir of a job without ranks = %v", err)
 	}
 }
@@ -253,7 +253,7 @@ func TestCorruptNewestAndRestore(t *testing.T) {
 				others[n] = sum(t, filepath.Join(dir, n))
 			}
 			in := newInjector(t, idCorrupt, "")
-			v := values(t, idCorrupt, map[string]string{"path": dir, "bytes": strconv.Itoa(tc.bytes)})
+			v := faulttest.Values(t, idCorrupt, map[string]string{"path": dir, "bytes": strconv.Itoa(tc.bytes)})
 			if err := in.Inject(context.Background(), "k", jobRef(""), v); err != nil {
 				t.Fatal(err)
 			}
@@ -290,7 +290,7 @@ func TestCorruptRecoverLeavesARewrittenCheckpointAlone(t *testing.T) {
 	dir := writeCheckpoints(t, 4096, "ckpt-1.pt")
 	file := filepath.Join(dir, "ckpt-1.pt")
 	in := newInjector(t, idCorrupt, "")
-	if err := in.Inject(context.Background(), "k", jobRef(""), values(t, idCorrupt, map[string]string{"path": dir})); err != nil {
+	if err := in.Inject(context.Background(), "k", jobRef(""), faulttest.Values(t, idCorrupt, map[string]string{"path": dir})); err != nil {
 		t.Fatal(err)
 	}
 	// The job writes a new checkpoint of the same name (a new inode).
@@ -313,7 +313,7 @@ func TestSlowStorageRefusesWithoutABlockDevice(t *testing.T) {
 	t.Parallel()
 	dir := mountTmpfs(t, 1<<20)
 	in := newInjector(t, idSlow, "")
-	err := in.Inject(context.Background(), "k", jobRef("any"), values(t, idSlow, map[string]string{"path": dir}))
+	err := in.Inject(context.Background(), "k", jobRef("any"), faulttest.Values(t, idSlow, map[string]string{"path": dir}))
 	if !errors.Is(err, ErrNoBlockDevice) || !strings.Contains(err.Error(), "fuse-latency") {
 		t.Fatalf("Inject on tmpfs = %v, want ErrNoBlockDevice naming what would work", err)
 	}
@@ -356,7 +356,7 @@ func TestSlowStorageThrottlesDirectWrites(t *testing.T) {
 		t.Skipf("the disk writes only %.1f MiB/s directly, too slow to see a 4 MiB/s cap", before/(1<<20))
 	}
 	in := newInjector(t, idSlow, "")
-	v := values(t, idSlow, map[string]string{"path": dir, "factor": fmt.Sprint(factor), "bandwidth": strconv.Itoa(bandwidth)})
+	v := faulttest.Values(t, idSlow, map[string]string{"path": dir, "factor": fmt.Sprint(factor), "bandwidth": strconv.Itoa(bandwidth)})
 	if err := in.Inject(context.Background(), "k", jobRef(job), v); err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +396,7 @@ func TestConformance(t *testing.T) {
 			dir := mountTmpfs(t, 16<<20)
 			in := newInjector(t, idFill, "")
 			return faulttest.Env{
-				Injector: in, Ref: jobRef(""), Values: values(t, idFill, map[string]string{"path": dir, "free": "1MiB"}),
+				Injector: in, Ref: jobRef(""), Values: faulttest.Values(t, idFill, map[string]string{"path": dir, "free": "1MiB"}),
 				Applied: func(key string) bool {
 					_, err := os.Stat(filepath.Join(dir, fillerPrefix+in.dir.Name(key)))
 					return err == nil
@@ -411,7 +411,7 @@ func TestConformance(t *testing.T) {
 			file := filepath.Join(dir, "ckpt-1.pt")
 			orig := sum(t, file)
 			return faulttest.Env{
-				Injector: newInjector(t, idCorrupt, ""), Ref: jobRef(""), Values: values(t, idCorrupt, map[string]string{"path": dir}),
+				Injector: newInjector(t, idCorrupt, ""), Ref: jobRef(""), Values: faulttest.Values(t, idCorrupt, map[string]string{"path": dir}),
 				Applied: func(string) bool { return sum(t, file) != orig },
 				Vanish:  func() { _ = os.Remove(file) },
 			}
@@ -424,7 +424,7 @@ func TestConformance(t *testing.T) {
 			w := start(t, "writer", job, dir)
 			return faulttest.Env{
 				Injector: newInjector(t, idKillWriter, ""), Ref: jobRef(job),
-				Values: values(t, idKillWriter, map[string]string{"path": dir, "timeout": "20s"}),
+				Values: faulttest.Values(t, idKillWriter, map[string]string{"path": dir, "timeout": "20s"}),
 				Count: func() int {
 					if ok, _ := w.p.Alive(); ok {
 						return 0
@@ -449,7 +449,7 @@ func TestConformance(t *testing.T) {
 			h, _ := cgroup.Find("blkio")
 			return faulttest.Env{
 				Injector: newInjector(t, idSlow, ""), Ref: jobRef(job),
-				Values: values(t, idSlow, map[string]string{"path": dir, "bandwidth": "100MiB"}),
+				Values: faulttest.Values(t, idSlow, map[string]string{"path": dir, "bandwidth": "100MiB"}),
 				Applied: func(string) bool {
 					g, err := cgroup.GroupOf(h, w.p.PID, w.p.PID)
 					return err == nil && strings.HasPrefix(filepath.Base(g), cgroup.NamePrefix)

@@ -170,16 +170,6 @@ func newInjector(t *testing.T, id, stateDir string) *Injector {
 	return in
 }
 
-func values(t *testing.T, id string, raw map[string]string) catalog.Values {
-	t.Helper()
-	f, _ := catalog.Lookup(id)
-	v, err := f.Resolve(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
 // realTempDir is a fresh directory named as the kernel prints it.
 func realTempDir(t *testing.T) string {
 	t.Helper()

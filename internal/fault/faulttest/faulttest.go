@@ -128,3 +128,19 @@ func must(t *testing.T, what string, err error) {
 		t.Fatalf("%s: %v", what, err)
 	}
 }
+
+// Values resolves the parameters of catalogue fault id from raw as the
+// engine does (defaults laid under them), failing the test on a bad id or
+// value.
+func Values(t testing.TB, id string, raw map[string]string) catalog.Values {
+	t.Helper()
+	f, ok := catalog.Lookup(id)
+	if !ok {
+		t.Fatalf("%s is not in the catalogue", id)
+	}
+	v, err := f.Resolve(raw)
+	if err != nil {
+		t.Fatalf("%s: %v", id, err)
+	}
+	return v
+}

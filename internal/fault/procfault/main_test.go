@@ -179,17 +179,6 @@ func newInjector(t *testing.T, id, dir string) *Injector {
 	return in
 }
 
-// values resolves a fault's parameters as the engine does.
-func values(t *testing.T, id string, raw map[string]string) catalog.Values {
-	t.Helper()
-	f, _ := catalog.Lookup(id)
-	v, err := f.Resolve(raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return v
-}
-
 // injectorHelper injects the fault helperFaultEnv names on the pid
 // helperPIDEnv gives, prints "injected", and waits to be killed.
 func injectorHelper() int {

@@ -85,7 +85,7 @@ func TestKillRank(t *testing.T) {
 				rf = ref("", 0)
 			}
 			in := newInjector(t, idKill, "")
-			err := in.Inject(context.Background(), "k", rf, values(t, idKill, raw))
+			err := in.Inject(context.Background(), "k", rf, faulttest.Values(t, idKill, raw))
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("Inject = %v, want an error with %q", err, tc.wantErr)
@@ -132,7 +132,7 @@ func TestHangRankStopsAndContinues(t *testing.T) {
 	job := jobName(t)
 	r := startRank(t, job, 0, false)
 	in := newInjector(t, idHang, "")
-	if err := in.Inject(context.Background(), "k", ref(job, 0), values(t, idHang, nil)); err != nil {
+	if err := in.Inject(context.Background(), "k", ref(job, 0), faulttest.Values(t, idHang, nil)); err != nil {
 		t.Fatal(err)
 	}
 	waitUntil(t, 5*time.Second, func() bool { return r.state(t) == 'T' })
@@ -192,7 +192,7 @@ func TestConformance(t *testing.T) {
 				env := faulttest.Env{
 					Injector: in,
 					Ref:      ref(job, 0),
-					Values:   values(t, id, raw),
+					Values:   faulttest.Values(t, id, raw),
 					Vanish: func() {
 						_ = r.cmd.Process.Kill()
 						err := <-r.done
@@ -285,7 +285,7 @@ func TestStragglerSlowsTheRankAsPredicted(t *testing.T) {
 			for attempt := 1; attempt <= 3; attempt++ {
 				in := newInjector(t, idStraggler, "")
 				before := r.measure(t, 5, 200*time.Millisecond)
-				v := values(t, idStraggler, map[string]string{"slowdown": fmt.Sprint(slowdown), "window": "500ms"})
+				v := faulttest.Values(t, idStraggler, map[string]string{"slowdown": fmt.Sprint(slowdown), "window": "500ms"})
 				if err := in.Inject(context.Background(), "k", ref(job, 0), v); err != nil {
 					t.Fatal(err)
 				}
@@ -461,7 +461,7 @@ func TestKillRecordsWhatWasKilledAcrossProcesses(t *testing.T) {
 	job := jobName(t)
 	r := startRank(t, job, 0, false)
 	dir := t.TempDir()
-	if err := newInjector(t, idKill, dir).Inject(context.Background(), "k", ref(job, 0), values(t, idKill, nil)); err != nil {
+	if err := newInjector(t, idKill, dir).Inject(context.Background(), "k", ref(job, 0), faulttest.Values(t, idKill, nil)); err != nil {
 		t.Fatal(err)
 	}
 	err := <-r.done
