@@ -60,8 +60,13 @@
 //	GPUCHAOS_RUN      an id of this supervisor run (Options.RunID)
 //	GPUCHAOS_RESTART  the attempt the rank belongs to, 0 for the first
 //
+// and, when the command line names a checkpoint directory,
+// GPUCHAOS_CKPT_DIR (set by gpuchaos workload run), where checkpoint faults
+// look when an experiment names no path.
+//
 // A fault injector finds the ranks of job J by reading /proc/*/environ for
-// GPUCHAOS_JOB=J and a numeric RANK (FindRanks does this). Processes a rank
+// GPUCHAOS_JOB=J and a numeric RANK (internal/procfind.Ranks; FindRanks here
+// does the same over any /proc root and also reports the run and attempt). Processes a rank
 // starts inherit the variables; the rank's own process is the topmost one
 // with them, and the process-group leader of its group, since every rank
 // runs in a process group of its own.
