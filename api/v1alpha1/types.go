@@ -126,6 +126,65 @@ type ProbeSpec struct {
 	// Prometheus asks a real Prometheus server through its HTTP API; only
 	// targets with a server to ask (the live twin) run it.
 	Prometheus *PrometheusProbe `json:"prometheus,omitempty"`
+	// Workload judges a training job on its own metrics relative to the
+	// run (before injection, after recovery), so it is an expectation
+	// only: steady-state and abort checks cannot use it.
+	Workload *WorkloadProbe `json:"workload,omitempty"`
+}
+
+// Workload checks, the verdicts an ML engineer asks of a fault.
+const (
+	// WorkloadResumed: after a restart the job resumes training from its
+	// newest checkpoint, or at most MaxFallback checkpoints older.
+	WorkloadResumed = "resumed"
+	// WorkloadLostWork: the steps thrown away by a restart (the highest
+	// step reached minus the step resumed from) are at most MaxLostSteps,
+	// by default the job's checkpoint interval as its metrics show it.
+	WorkloadLostWork = "lost-work"
+	// WorkloadRateRecovered: after the step rate fell, it is back within
+	// Tolerance of its baseline, held For.
+	WorkloadRateRecovered = "rate-recovered"
+	// WorkloadSlowdown: the step rate falls Tolerance or more below its
+	// baseline, held For: a silent slowdown noticed from the job itself.
+	WorkloadSlowdown = "slowdown"
+	// WorkloadStalled: the job makes no steps, held For.
+	WorkloadStalled = "stalled"
+	// WorkloadGoodput: the useful steps in the expectation's whole window
+	// (within) over what the baseline rate would have made are at least Min.
+	WorkloadGoodput = "goodput"
+)
+
+// WorkloadChecks lists the workload checks, in the order the docs give them.
+var WorkloadChecks = []string{WorkloadResumed, WorkloadLostWork, WorkloadRateRecovered, WorkloadSlowdown, WorkloadStalled, WorkloadGoodput}
+
+// WorkloadProbe judges a training job on the series it exports
+// (gpuchaos_job_step_total, gpuchaos_job_steps_per_second,
+// gpuchaos_job_last_checkpoint_step, gpuchaos_job_resumed_from_step and the
+// supervisor's gpuchaos_job_restarts_total): the reference workload and the
+// twin export them. Unlike a detector it measures something and can fail
+// its bound, and its within is the time from injection by which the
+// measurement must be made (for goodput: the window it is measured over).
+type WorkloadProbe struct {
+	Check string `json:"check"`
+	// Job names the job; empty means every job the experiment touches.
+	Job string `json:"job,omitempty"`
+	// MaxFallback is how many checkpoints older than the newest a resume
+	// may start from (resumed); default 0.
+	MaxFallback *int `json:"maxFallback,omitempty"`
+	// MaxLostSteps bounds the lost work (lost-work); default: the largest
+	// gap between the checkpoint steps the job reported before the fault.
+	MaxLostSteps *int64 `json:"maxLostSteps,omitempty"`
+	// Tolerance is the share of the baseline rate that counts as the
+	// same (rate-recovered) or as slower (slowdown); default 0.05.
+	Tolerance *float64 `json:"tolerance,omitempty"`
+	// Min is the lowest passing goodput, between 0 and 1 (goodput).
+	Min *float64 `json:"min,omitempty"`
+	// Baseline is how long before injection the baseline step rate is
+	// taken over (its median); default 30s.
+	Baseline Duration `json:"baseline,omitempty"`
+	// For is how long a rate condition must hold; default 10s for
+	// rate-recovered, 0 (one observation) for slowdown and stalled.
+	For Duration `json:"for,omitempty"`
 }
 
 // ThresholdProbe holds when metric OP value holds for every sample of a

@@ -118,6 +118,8 @@ func (x *Expectation) defaultName() string {
 		return x.Probe.Prometheus.Alert
 	case x.Probe.Prometheus != nil:
 		return "prometheus"
+	case x.Probe.Workload != nil:
+		return "workload-" + x.Probe.Workload.Check
 	}
 	return ""
 }
@@ -291,6 +293,9 @@ func validateChecks(path string, checks []Check, opts ValidateOptions) *FieldErr
 				return &FieldError{p + ".name", fmt.Sprintf("duplicate name %q (also %s[%d])", c.Name, path, j)}
 			}
 		}
+		if c.Probe.Workload != nil {
+			return &FieldError{p + ".probe.workload", "a workload probe judges the run against its injection and recovery; use it in spec.expectations"}
+		}
 		if fe := validateProbe(p+".probe", c.Probe, opts); fe != nil {
 			return fe
 		}
@@ -344,13 +349,13 @@ var (
 
 func validateProbe(path string, p ProbeSpec, opts ValidateOptions) *FieldError {
 	n := 0
-	for _, set := range []bool{p.Detector != "", p.Threshold != nil, p.Log != nil, p.Prometheus != nil} {
+	for _, set := range []bool{p.Detector != "", p.Threshold != nil, p.Log != nil, p.Prometheus != nil, p.Workload != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return &FieldError{path, fmt.Sprintf("set exactly one of detector, threshold, log or prometheus (%d set)", n)}
+		return &FieldError{path, fmt.Sprintf("set exactly one of detector, threshold, log, prometheus or workload (%d set)", n)}
 	}
 	switch {
 	case p.Detector != "":
@@ -392,8 +397,65 @@ func validateProbe(path string, p ProbeSpec, opts ValidateOptions) *FieldError {
 		}
 	case p.Prometheus != nil:
 		return validatePrometheus(path+".prometheus", p.Prometheus)
+	case p.Workload != nil:
+		return validateWorkload(path+".workload", p.Workload)
 	}
 	return nil
+}
+
+// validateWorkload checks a workload probe: a known check, and only the
+// settings that check reads, each in range.
+func validateWorkload(path string, w *WorkloadProbe) *FieldError {
+	if w.Check == "" {
+		return &FieldError{path + ".check", "required; one of " + strings.Join(WorkloadChecks, ", ")}
+	}
+	if !slices.Contains(WorkloadChecks, w.Check) {
+		return &FieldError{path + ".check", fmt.Sprintf("%q is not one of %s", w.Check, strings.Join(WorkloadChecks, ", "))}
+	}
+	if w.Job != "" && !labelValue(w.Job) {
+		return &FieldError{path + ".job", fmt.Sprintf("%q is not a job name", w.Job)}
+	}
+	// A setting another check reads is a mistake worth naming: the user
+	// believes it constrains this one.
+	uses := map[string][]string{
+		"maxFallback":  {WorkloadResumed},
+		"maxLostSteps": {WorkloadLostWork},
+		"tolerance":    {WorkloadRateRecovered, WorkloadSlowdown},
+		"min":          {WorkloadGoodput},
+		"for":          {WorkloadRateRecovered, WorkloadSlowdown, WorkloadStalled},
+	}
+	set := map[string]bool{
+		"maxFallback": w.MaxFallback != nil, "maxLostSteps": w.MaxLostSteps != nil, "tolerance": w.Tolerance != nil,
+		"min": w.Min != nil, "for": w.For.Duration != 0,
+	}
+	for _, k := range []string{"maxFallback", "maxLostSteps", "tolerance", "min", "for"} {
+		if set[k] && !slices.Contains(uses[k], w.Check) {
+			return &FieldError{path + "." + k, fmt.Sprintf("not read by check %s (only by %s)", w.Check, strings.Join(uses[k], ", "))}
+		}
+	}
+	switch {
+	case w.MaxFallback != nil && *w.MaxFallback < 0:
+		return &FieldError{path + ".maxFallback", fmt.Sprintf("must be at least 0, got %d", *w.MaxFallback)}
+	case w.MaxLostSteps != nil && *w.MaxLostSteps < 0:
+		return &FieldError{path + ".maxLostSteps", fmt.Sprintf("must be at least 0, got %d", *w.MaxLostSteps)}
+	case w.Tolerance != nil && (*w.Tolerance <= 0 || *w.Tolerance >= 1):
+		return &FieldError{path + ".tolerance", fmt.Sprintf("must be a share between 0 and 1 (0.05 is 5 %%), got %g", *w.Tolerance)}
+	case w.Check == WorkloadGoodput && w.Min == nil:
+		return &FieldError{path + ".min", "required for check goodput; the lowest passing goodput, such as 0.9"}
+	case w.Min != nil && (*w.Min <= 0 || *w.Min > 1):
+		return &FieldError{path + ".min", fmt.Sprintf("must be a share in (0, 1], got %g", *w.Min)}
+	case w.Baseline.Duration < 0:
+		return &FieldError{path + ".baseline", fmt.Sprintf("must not be negative, got %s", w.Baseline.Duration)}
+	case w.For.Duration < 0:
+		return &FieldError{path + ".for", fmt.Sprintf("must not be negative, got %s", w.For.Duration)}
+	}
+	return nil
+}
+
+// labelValue accepts a job name as Prometheus label values carry it: any
+// printable text without spaces at its ends.
+func labelValue(s string) bool {
+	return s == strings.TrimSpace(s) && strings.IndexFunc(s, func(r rune) bool { return r < ' ' }) < 0
 }
 
 // validatePrometheus checks a Prometheus probe's shape; the query itself

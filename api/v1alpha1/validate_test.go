@@ -47,6 +47,12 @@ func promExpect(p PrometheusProbe) Expectation {
 
 func num(v float64) *float64 { return &v }
 
+func intp(v int) *int { return &v }
+
+func workExpect(w WorkloadProbe) Expectation {
+	return Expectation{Probe: &ProbeSpec{Workload: &w}, Within: Duration{time.Minute}}
+}
+
 func TestValidate(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -101,8 +107,8 @@ func TestValidate(t *testing.T) {
 		{"duration over the limit", func(e *Experiment) { e.Spec.Duration = Duration{24*time.Hour + time.Second} }, "spec.duration: 24h0m1s is over the limit of 24h"},
 		{"check without name", func(e *Experiment) { e.Spec.SteadyState[0].Name = "" }, "spec.steadyState[0].name: required"},
 		{"check names repeat", func(e *Experiment) { e.Spec.SteadyState = append(e.Spec.SteadyState, e.Spec.SteadyState[0]) }, `spec.steadyState[1].name: duplicate name "cool" (also spec.steadyState[0])`},
-		{"probe with no kind", func(e *Experiment) { e.Spec.SteadyState[0].Probe = ProbeSpec{} }, "spec.steadyState[0].probe: set exactly one of detector, threshold, log or prometheus (0 set)"},
-		{"probe with two kinds", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Detector = "kmsg-xid" }, "spec.steadyState[0].probe: set exactly one of detector, threshold, log or prometheus (2 set)"},
+		{"probe with no kind", func(e *Experiment) { e.Spec.SteadyState[0].Probe = ProbeSpec{} }, "spec.steadyState[0].probe: set exactly one of detector, threshold, log, prometheus or workload (0 set)"},
+		{"probe with two kinds", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Detector = "kmsg-xid" }, "spec.steadyState[0].probe: set exactly one of detector, threshold, log, prometheus or workload (2 set)"},
 		{"bad metric", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Threshold.Metric = "gpu-temp" }, `spec.steadyState[0].probe.threshold.metric: "gpu-temp" is not a valid Prometheus metric name`},
 		{"recording-rule metric", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Threshold.Metric = "job:gpu_temp:max5m" }, ""},
 		{"missing metric", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Threshold.Metric = "" }, "spec.steadyState[0].probe.threshold.metric: required"},
@@ -179,7 +185,41 @@ func TestValidate(t *testing.T) {
 		}, `spec.expectations[0].probe.prometheus.url: "http://p:x/" is not a URL`},
 		{"prometheus in a check", func(e *Experiment) {
 			e.Spec.AbortWhen[0].Probe = ProbeSpec{Prometheus: &PrometheusProbe{Query: "up"}, Log: e.Spec.AbortWhen[0].Probe.Log}
-		}, "spec.abortWhen[0].probe: set exactly one of detector, threshold, log or prometheus (2 set)"},
+		}, "spec.abortWhen[0].probe: set exactly one of detector, threshold, log, prometheus or workload (2 set)"},
+		{"workload resumed", func(e *Experiment) {
+			e.Spec.Expectations[0] = workExpect(WorkloadProbe{Check: "resumed", MaxFallback: intp(1)})
+		}, ""},
+		{"workload goodput", func(e *Experiment) {
+			e.Spec.Expectations[0] = workExpect(WorkloadProbe{Check: "goodput", Min: num(0.9), Job: "train"})
+		}, ""},
+		{"workload rate-recovered", func(e *Experiment) {
+			e.Spec.Expectations[0] = workExpect(WorkloadProbe{Check: "rate-recovered", Tolerance: num(0.05), For: Duration{5 * time.Second}, Baseline: Duration{time.Minute}})
+		}, ""},
+		{"workload without check", func(e *Experiment) { e.Spec.Expectations[0] = workExpect(WorkloadProbe{}) },
+			"spec.expectations[0].probe.workload.check: required; one of resumed, lost-work, rate-recovered, slowdown, stalled, goodput"},
+		{"workload unknown check", func(e *Experiment) { e.Spec.Expectations[0] = workExpect(WorkloadProbe{Check: "resume"}) },
+			`spec.expectations[0].probe.workload.check: "resume" is not one of resumed`},
+		{"workload goodput without min", func(e *Experiment) { e.Spec.Expectations[0] = workExpect(WorkloadProbe{Check: "goodput"}) },
+			"spec.expectations[0].probe.workload.min: required for check goodput"},
+		{"workload min out of range", func(e *Experiment) {
+			e.Spec.Expectations[0] = workExpect(WorkloadProbe{Check: "goodput", Min: num(1.5)})
+		},
+			"spec.expectations[0].probe.workload.min: must be a share in (0, 1], got 1.5"},
+		{"workload setting of another check", func(e *Experiment) {
+			e.Spec.Expectations[0] = workExpect(WorkloadProbe{Check: "lost-work", Tolerance: num(0.1)})
+		}, "spec.expectations[0].probe.workload.tolerance: not read by check lost-work (only by rate-recovered, slowdown)"},
+		{"workload tolerance as percent", func(e *Experiment) {
+			e.Spec.Expectations[0] = workExpect(WorkloadProbe{Check: "slowdown", Tolerance: num(5)})
+		}, "spec.expectations[0].probe.workload.tolerance: must be a share between 0 and 1 (0.05 is 5 %), got 5"},
+		{"workload negative fallback", func(e *Experiment) {
+			e.Spec.Expectations[0] = workExpect(WorkloadProbe{Check: "resumed", MaxFallback: intp(-1)})
+		}, "spec.expectations[0].probe.workload.maxFallback: must be at least 0, got -1"},
+		{"workload negative baseline", func(e *Experiment) {
+			e.Spec.Expectations[0] = workExpect(WorkloadProbe{Check: "stalled", Baseline: Duration{-time.Second}})
+		}, "spec.expectations[0].probe.workload.baseline: must not be negative, got -1s"},
+		{"workload in a steady-state check", func(e *Experiment) {
+			e.Spec.SteadyState[0].Probe = ProbeSpec{Workload: &WorkloadProbe{Check: "stalled"}}
+		}, "spec.steadyState[0].probe.workload: a workload probe judges the run against its injection and recovery; use it in spec.expectations"},
 		{"negative maxNodes", func(e *Experiment) { e.Spec.BlastRadius.MaxNodes = -1 }, "spec.blastRadius.maxNodes: must not be negative, got -1"},
 		{"negative maxConcurrent", func(e *Experiment) { e.Spec.BlastRadius.MaxConcurrent = -2 }, "spec.blastRadius.maxConcurrent: must not be negative, got -2"},
 	}

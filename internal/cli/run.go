@@ -358,6 +358,13 @@ func printVerdicts(w interface{ Write([]byte) (int, error) }, rec *engine.Record
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%.0fs\t%s\n", v.Name, strings.ToUpper(v.Verdict), ttd, v.Within, clr)
 	}
 	tw.Flush()
+	// A measured expectation's figure is in its detail (steps lost, the
+	// step resumed from, a goodput): print it, the table has no room.
+	for _, v := range rec.Verdicts {
+		if v.Value != nil && v.Detail != "" {
+			fmt.Fprintf(w, "  %s: %s\n", v.Name, v.Detail)
+		}
+	}
 	if rec.Aborted != "" {
 		fmt.Fprintf(w, "Aborted early: %s\n", rec.Aborted)
 	}

@@ -88,6 +88,9 @@ const (
 	Late   = "late"   // detected after the deadline, while the fault was injected
 	Missed = "missed" // never detected while the fault was injected
 	Error  = "error"  // could not be judged (probe failed, already firing)
+	// Failed is a measurement made in time but outside its bound (a
+	// workload check: more work lost than allowed, a goodput too low).
+	Failed = "failed"
 )
 
 // Injection is one planned injection.
@@ -136,6 +139,9 @@ type Verdict struct {
 	TTDSeconds *float64        `json:"ttd_seconds"`
 	Subjects   []probe.Subject `json:"subjects,omitempty"`
 	Detail     string          `json:"detail,omitempty"`
+	// Value is what a measuring expectation (a workload check) measured:
+	// steps lost, a rate ratio, a goodput.
+	Value *float64 `json:"value,omitempty"`
 	// ClearedSeconds is how long after recovery the detector stopped
 	// holding; nil when it never fired or had not cleared in the window.
 	ClearedSeconds *float64 `json:"cleared_seconds,omitempty"`
@@ -288,6 +294,23 @@ type expectation struct {
 	verdict  Verdict
 	detected bool
 	cleared  bool
+	// waiting is what an anchored probe last said it waits for, the
+	// detail of a missed measurement.
+	waiting string
+}
+
+// anchor tells an anchored probe where its run stands; other probes need
+// nothing.
+func (x *expectation) anchor(a probe.Anchor) {
+	if p, ok := x.probe.(probe.Anchored); ok {
+		a.Within = x.spec.Within.Duration
+		p.SetAnchor(a)
+	}
+}
+
+func (x *expectation) anchored() bool {
+	_, ok := x.probe.(probe.Anchored)
+	return ok
 }
 
 // Run executes the experiment and returns its record. The record is
@@ -326,7 +349,12 @@ func (e *Engine) Run(ctx context.Context, exp *v1alpha1.Experiment) (*Record, er
 		e.event(rec, "steady-state", c.Name(), "holds")
 	}
 	// A detector already firing for the target cannot prove detection.
+	// (An anchored probe judges the run itself, so there is nothing to
+	// check before it.)
 	for _, x := range exps {
+		if x.anchored() {
+			continue
+		}
 		obs, err := x.probe.Observe(ctx)
 		if err == nil && obs.Holds && e.concerns(obs, plan) {
 			x.verdict.Verdict = Error
@@ -336,6 +364,10 @@ func (e *Engine) Run(ctx context.Context, exp *v1alpha1.Experiment) (*Record, er
 	}
 
 	rec.InjectedAt = t.Now()
+	anchor := probe.Anchor{Injected: rec.InjectedAt, Jobs: plan.jobs()}
+	for _, x := range exps {
+		x.anchor(anchor)
+	}
 	injected := e.inject(ctx, rec, plan)
 	defer func() {
 		if injected != nil {
@@ -353,7 +385,11 @@ func (e *Engine) Run(ctx context.Context, exp *v1alpha1.Experiment) (*Record, er
 	err = e.observe(ctx, rec, plan, exps, aborts, end)
 	e.recover(ctx, rec, injected)
 	injected = nil
-	if err == nil && e.opts.RecoveryWindow > 0 {
+	anchor.Recovered = rec.RecoveredAt
+	for _, x := range exps {
+		x.anchor(anchor)
+	}
+	if err == nil {
 		err = e.watchClear(ctx, rec, plan, exps)
 	}
 	if err != nil {
@@ -473,30 +509,9 @@ func (e *Engine) observe(ctx context.Context, rec *Record, plan *Plan, exps []*e
 	for {
 		now := t.Now()
 		for _, x := range exps {
-			if x.detected {
-				continue
+			if err := e.judge(ctx, rec, plan, x, now); err != nil {
+				return err
 			}
-			obs, err := x.probe.Observe(ctx)
-			if err != nil {
-				if ctx.Err() != nil {
-					return ctx.Err()
-				}
-				x.verdict.Verdict, x.verdict.Detail, x.detected = Error, err.Error(), true
-				continue
-			}
-			if !obs.Holds || !e.concerns(obs, plan) {
-				continue
-			}
-			ttd := now.Sub(rec.InjectedAt).Seconds()
-			x.detected = true
-			x.verdict.TTDSeconds = &ttd
-			x.verdict.Subjects = obs.Subjects
-			x.verdict.Detail = obs.Detail
-			x.verdict.Verdict = Pass
-			if ttd > x.spec.Within.Seconds() {
-				x.verdict.Verdict = Late
-			}
-			e.event(rec, "detect", x.name, obs.Detail)
 		}
 		for _, a := range aborts {
 			obs, err := a.Observe(ctx)
@@ -516,15 +531,76 @@ func (e *Engine) observe(ctx context.Context, rec *Record, plan *Plan, exps []*e
 	}
 }
 
+// judge observes an expectation not yet decided and records its verdict
+// when its probe holds for the plan's targets. It returns an error only
+// when ctx is done.
+func (e *Engine) judge(ctx context.Context, rec *Record, plan *Plan, x *expectation, now time.Time) error {
+	if x.detected {
+		return nil
+	}
+	obs, err := x.probe.Observe(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		x.verdict.Verdict, x.verdict.Detail, x.detected = Error, err.Error(), true
+		e.event(rec, "error", x.name, err.Error())
+		return nil
+	}
+	if !obs.Holds || !e.concerns(obs, plan) {
+		if x.anchored() {
+			x.waiting = obs.Detail
+		}
+		return nil
+	}
+	at := now
+	if !obs.At.IsZero() {
+		at = obs.At
+	}
+	ttd := at.Sub(rec.InjectedAt).Seconds()
+	x.detected = true
+	x.verdict.TTDSeconds = &ttd
+	x.verdict.Subjects = obs.Subjects
+	x.verdict.Detail = obs.Detail
+	x.verdict.Verdict = Pass
+	switch {
+	case obs.Failed:
+		x.verdict.Verdict = Failed
+	case ttd > x.spec.Within.Seconds():
+		x.verdict.Verdict = Late
+	}
+	kind := "detect"
+	if x.anchored() {
+		v := obs.Value
+		x.verdict.Value = &v
+		kind = "measure"
+	}
+	e.event(rec, kind, x.name, obs.Detail)
+	return nil
+}
+
 // watchClear polls after recovery until every detector that fired stops
-// holding for the targets, or the recovery window closes.
+// holding for the targets, or the recovery window closes; and until every
+// anchored expectation is judged or its deadline has passed, whatever the
+// recovery window, since those measure what happens after recovery.
 func (e *Engine) watchClear(ctx context.Context, rec *Record, plan *Plan, exps []*expectation) error {
 	t := e.opts.Target
-	deadline := rec.RecoveredAt.Add(e.opts.RecoveryWindow)
+	deadline := rec.RecoveredAt.Add(max(e.opts.RecoveryWindow, 0))
 	for {
-		pending := 0
+		pending, clearing := 0, 0
 		for _, x := range exps {
-			if x.verdict.TTDSeconds == nil || x.cleared {
+			if !x.anchored() {
+				continue
+			}
+			if err := e.judge(ctx, rec, plan, x, t.Now()); err != nil {
+				return err
+			}
+			if !x.detected && t.Now().Before(rec.InjectedAt.Add(x.spec.Within.Duration)) {
+				pending++
+			}
+		}
+		for _, x := range exps {
+			if e.opts.RecoveryWindow <= 0 || x.anchored() || x.verdict.TTDSeconds == nil || x.cleared {
 				continue
 			}
 			obs, err := x.probe.Observe(ctx)
@@ -532,7 +608,7 @@ func (e *Engine) watchClear(ctx context.Context, rec *Record, plan *Plan, exps [
 				return fmt.Errorf("observe %s after recovery: %w", x.name, err)
 			}
 			if obs.Holds && e.concerns(obs, plan) {
-				pending++
+				clearing++
 				continue
 			}
 			x.cleared = true
@@ -540,22 +616,40 @@ func (e *Engine) watchClear(ctx context.Context, rec *Record, plan *Plan, exps [
 			x.verdict.ClearedSeconds = &s
 			e.event(rec, "clear", x.name, "")
 		}
-		if pending == 0 {
+		if clearing == 0 && rec.TTRSeconds == nil && e.opts.RecoveryWindow > 0 {
 			s := t.Now().Sub(rec.RecoveredAt).Seconds()
 			rec.TTRSeconds = &s
+		}
+		stop := deadline
+		if clearing == 0 {
+			stop = t.Now()
+		}
+		for _, x := range exps {
+			if x.anchored() && !x.detected {
+				stop = later(stop, rec.InjectedAt.Add(x.spec.Within.Duration))
+			}
+		}
+		if pending == 0 && clearing == 0 || !t.Now().Before(stop) {
 			return nil
 		}
-		if !t.Now().Before(deadline) {
-			return nil
-		}
-		if err := t.Sleep(ctx, min(e.opts.PollInterval, deadline.Sub(t.Now()))); err != nil {
+		if err := t.Sleep(ctx, min(e.opts.PollInterval, stop.Sub(t.Now()))); err != nil {
 			return fmt.Errorf("interrupted while verifying recovery: %w", err)
 		}
 	}
 }
 
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
 func (e *Engine) finish(rec *Record, exps []*expectation) {
 	for _, x := range exps {
+		if !x.detected && x.waiting != "" {
+			x.verdict.Detail = "not measured within the deadline: " + x.waiting
+		}
 		rec.Verdicts = append(rec.Verdicts, x.verdict)
 	}
 	rec.EndedAt = e.opts.Target.Now()
@@ -578,6 +672,31 @@ func (e *Engine) event(rec *Record, kind, name, detail string) {
 	if e.opts.OnEvent != nil {
 		e.opts.OnEvent(ev)
 	}
+}
+
+// jobs are the training jobs the plan touches: those it injects into and
+// those with a rank on a GPU or node it injects into.
+func (p *Plan) jobs() []string {
+	seen := map[string]bool{}
+	var out []string
+	add := func(j string) {
+		if j != "" && !seen[j] {
+			seen[j] = true
+			out = append(out, j)
+		}
+	}
+	for _, in := range p.Injections {
+		add(in.Ref.Job)
+		if in.Ref.Job != "" {
+			continue
+		}
+		for _, j := range p.inv.Jobs {
+			if Matches(probe.Subject{Job: j.Name}, in.Ref, p.inv) {
+				add(j.Name)
+			}
+		}
+	}
+	return out
 }
 
 // concerns reports whether an observation is about something the plan

@@ -195,3 +195,119 @@ func TestSteadyStateBlocksInjection(t *testing.T) {
 		}
 	}
 }
+
+// TestWorkloadVerdictsOnTwin runs the workload checks through the engine
+// on the twin's job, whose own accounting (JobStatus) is the truth they
+// must find from its exported series alone.
+func TestWorkloadVerdictsOnTwin(t *testing.T) {
+	tests := []struct {
+		name, fault string
+		expect      string
+		check       func(t *testing.T, rec *engine.Record, before, after twin.JobStatus)
+	}{
+		{name: "kill-rank", fault: "workload.kill-rank", expect: `
+    - {name: resumed, within: 10m, probe: {workload: {check: resumed}}}
+    - {name: lost, within: 10m, probe: {workload: {check: lost-work}}}
+    - {name: goodput, within: 20m, probe: {workload: {check: goodput, min: 0.95, baseline: 5m}}}`,
+			check: func(t *testing.T, rec *engine.Record, before, after twin.JobStatus) {
+				v := verdicts(rec)
+				if v["resumed"].Verdict != engine.Pass || *v["resumed"].Value != float64(after.ResumedFromStep) {
+					t.Errorf("resumed: %s %v (%s), want pass from step %d", v["resumed"].Verdict, deref(v["resumed"].Value), v["resumed"].Detail, after.ResumedFromStep)
+				}
+				// The restart costs 3m: resumed just after it.
+				if ttd := *v["resumed"].TTDSeconds; ttd < 180 || ttd > 180+60 {
+					t.Errorf("resumed %.0fs after injection, want 3m and at most one scrape more", ttd)
+				}
+				// The twin's last scrape before the kill is up to a scrape
+				// (30s) of steps behind the step it was killed at.
+				lost := after.LostSteps - before.LostSteps
+				perScrape := 30 / after.BaselineStepSeconds
+				if got := *v["lost"].Value; v["lost"].Verdict != engine.Pass || got > float64(lost) || got < float64(lost)-perScrape {
+					t.Errorf("lost: %s %v (%s), want pass and %d steps less at most one scrape's %.0f", v["lost"].Verdict, got, v["lost"].Detail, lost, perScrape)
+				}
+				// 20 minutes that lost the restart and the work since the
+				// last checkpoint cannot reach 0.95.
+				if g := v["goodput"]; g.Verdict != engine.Failed || *g.Value > 0.9 || *g.Value < 0.4 {
+					t.Errorf("goodput: %s %v (%s), want failed between 0.4 and 0.9", g.Verdict, deref(g.Value), g.Detail)
+				}
+			}},
+		{name: "hang-rank", fault: "workload.hang-rank", expect: `
+    - {name: stalled, within: 2m, probe: {workload: {check: stalled, baseline: 5m}}}
+    - {name: back, within: 15m, probe: {workload: {check: rate-recovered, baseline: 5m, for: 1m}}}
+    - {name: goodput, within: 15m, probe: {workload: {check: goodput, min: 0.5, baseline: 5m}}}`,
+			check: func(t *testing.T, rec *engine.Record, before, after twin.JobStatus) {
+				v := verdicts(rec)
+				for _, n := range []string{"stalled", "back", "goodput"} {
+					if v[n].Verdict != engine.Pass {
+						t.Errorf("%s: %s (%s), want pass", n, v[n].Verdict, v[n].Detail)
+					}
+				}
+				// Hung for the 5m window (under the 10m watchdog), then back:
+				// goodput over 15m is about 10/15.
+				if g := *v["goodput"].Value; g < 0.6 || g > 0.7 {
+					t.Errorf("goodput %.3f, want about 10/15", g)
+				}
+				if ttd := *v["back"].TTDSeconds; ttd < 300 {
+					t.Errorf("rate back %.0fs after injection, before the hang ended at 300s", ttd)
+				}
+				if after.Restarts != before.Restarts {
+					t.Errorf("the job restarted %d times; a 5m hang is under the watchdog", after.Restarts-before.Restarts)
+				}
+			}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tw, err := twin.New(twin.Options{Seed: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Two checkpoints (10m interval) and a stretch of steady rate.
+			if err := tw.Sleep(context.Background(), 25*time.Minute); err != nil {
+				t.Fatal(err)
+			}
+			before, _ := tw.Job("llm-pretrain")
+			exp := load(t, `
+apiVersion: gpuchaos.dev/v1alpha1
+kind: Experiment
+metadata: {name: `+tc.name+`}
+spec:
+  selector: {jobs: [llm-pretrain], ranks: [0], mode: one}
+  faults: [{id: `+tc.fault+`}]
+  duration: 5m
+  expectations:`+tc.expect+`
+`)
+			rec, err := engine.New(engine.Options{Target: engine.TwinTarget{Twin: tw}, RecoveryWindow: -1}).Run(context.Background(), exp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			after, _ := tw.Job("llm-pretrain")
+			for _, v := range rec.Verdicts {
+				t.Logf("%s: %s %v: %s", v.Name, v.Verdict, deref(v.Value), v.Detail)
+			}
+			tc.check(t, rec, before, after)
+		})
+	}
+}
+
+func verdicts(rec *engine.Record) map[string]engine.Verdict {
+	out := map[string]engine.Verdict{}
+	for _, v := range rec.Verdicts {
+		if v.Value == nil {
+			nan := -1.0
+			v.Value = &nan
+		}
+		if v.TTDSeconds == nil {
+			never := -1.0
+			v.TTDSeconds = &never
+		}
+		out[v.Name] = v
+	}
+	return out
+}
+
+func deref(p *float64) float64 {
+	if p == nil {
+		return -1
+	}
+	return *p
+}

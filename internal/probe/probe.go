@@ -28,6 +28,37 @@ type Observation struct {
 	// Value is the most extreme value behind the verdict, when there is one.
 	Value  float64 `json:"value"`
 	Detail string  `json:"detail,omitempty"`
+	// At is when what the observation reports happened, when the probe
+	// reads it from history more precisely than the moment it was asked
+	// (a workload probe finds the scrape at which the job resumed); zero
+	// means now.
+	At time.Time `json:"at,omitzero"`
+	// Failed is set with Holds by probes that measure against a bound (the
+	// workload checks): the measurement is complete and outside it.
+	Failed bool `json:"failed,omitempty"`
+}
+
+// Anchor is what an engine knows of its run that a probe judging the run
+// itself needs.
+type Anchor struct {
+	// Injected is when the faults were injected.
+	Injected time.Time
+	// Recovered is when they were recovered; zero until then.
+	Recovered time.Time
+	// Within is the expectation's deadline after Injected.
+	Within time.Duration
+	// Jobs are the training jobs the run touches.
+	Jobs []string
+}
+
+// Anchored is a probe whose observations are relative to its run. The
+// engine calls SetAnchor at injection and again at recovery, and keeps
+// observing it after recovery until Within has passed, since such a
+// measurement (a resume, a rate coming back, a goodput over a window) can
+// complete only then.
+type Anchored interface {
+	Probe
+	SetAnchor(Anchor)
 }
 
 // Probe evaluates one condition at the current time of its source.

@@ -40,12 +40,14 @@ func FromSpec(name string, spec v1alpha1.ProbeSpec, src Source) (Probe, error) {
 			return nil, fmt.Errorf("log pattern: %w", err)
 		}
 		return &logProbe{name: name, src: src, window: xidWindow, match: regexpLine(re)}, nil
+	case spec.Workload != nil:
+		return newWorkload(name, *spec.Workload, src), nil
 	case spec.Prometheus != nil:
 		// internal/probe/promapi builds these; it imports this package, so
 		// the targets that have a server to ask call it themselves.
 		return nil, fmt.Errorf("probe %q asks a Prometheus server, which this target does not have; run it against the live twin", name)
 	}
-	return nil, fmt.Errorf("probe %q defines nothing: set detector, threshold, log or prometheus", name)
+	return nil, fmt.Errorf("probe %q defines nothing: set detector, threshold, log, prometheus or workload", name)
 }
 
 // absent holds, with an empty label set, when no matching series has a
