@@ -189,6 +189,8 @@ on a bad file or flag.`,
 	cmd.Flags().StringVar(&promURL, "prometheus", "http://127.0.0.1:9090", "live, local: the Prometheus that prometheus probes ask")
 	cmd.Flags().StringVar(&ledgerPath, "ledger", "", "local: injection journal (default "+rootLedger+" as root, else $XDG_STATE_HOME/gpuchaos/ledger.jsonl, ~/.local/state without it)")
 	cmd.Flags().StringSliceVar(&local.exporters, "exporter", []string{engine.DefaultExporter}, "local: /metrics pages threshold probes and built-in detectors read, scraped as Prometheus would (a gpuchaos agent or dcgm-exporter; repeat for a job's ranks and supervisor)")
+	cmd.Flags().StringSliceVar(&local.jobs, "job", nil, "local: a training job on this node, found by its ranks' GPUCHAOS_JOB (gpuchaos workload run sets it), for job and rank faults and workload checks; repeatable")
+	cmd.Flags().DurationVar(&local.scrapeInterval, "scrape-interval", time.Second, "local: how often the --exporter pages are scraped in the background, the history workload checks take their baseline from")
 	cmd.Flags().StringVar(&local.traceLib, "trace-lib", "", "local: trace NCCL collectives in every process using this libnccl.so.2 (collective-trace detector; needs root)")
 	cmd.Flags().IntSliceVar(&local.tracePIDs, "trace-pid", nil, "local: trace NCCL collectives of these processes, one per rank (collective-trace detector; needs root)")
 	cmd.Flags().DurationVar(&settle, "settle", 15*time.Second, "live: wall time to let Prometheus scrape before the experiment")
@@ -222,8 +224,9 @@ func defaultLedger() (string, error) {
 // localFlags are run's flags for the local target.
 type localFlags struct {
 	ledger, prometheus, traceLib string
-	exporters                    []string
+	exporters, jobs              []string
 	tracePIDs                    []int
+	scrapeInterval               time.Duration
 }
 
 // startLocalTarget opens NVML and the ledger, starts following the kernel
@@ -244,7 +247,7 @@ func startLocalTarget(cmd *cobra.Command, fl localFlags, dryRun, table bool) (st
 	if err != nil {
 		return nil, nil, nil, failed(fmt.Errorf("--target local: cannot list this node's GPUs: %w", err))
 	}
-	opts := engine.LocalOptions{Source: src, Prometheus: fl.prometheus}
+	opts := engine.LocalOptions{Source: src, Prometheus: fl.prometheus, JobNames: fl.jobs, ScrapeInterval: fl.scrapeInterval}
 	if len(fl.exporters) > 0 {
 		opts.Exporter, opts.MoreExporters = fl.exporters[0], fl.exporters[1:]
 	}

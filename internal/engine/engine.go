@@ -348,6 +348,9 @@ func (e *Engine) Run(ctx context.Context, exp *v1alpha1.Experiment) (*Record, er
 		}
 		e.event(rec, "steady-state", c.Name(), "holds")
 	}
+	if err := e.warmUp(ctx, rec, exps); err != nil {
+		return e.fail(rec, err)
+	}
 	// A detector already firing for the target cannot prove detection.
 	// (An anchored probe judges the run itself, so there is nothing to
 	// check before it.)
@@ -442,6 +445,31 @@ func (e *Engine) checks(kind string, cs []v1alpha1.Check) ([]probe.Probe, error)
 		out = append(out, p)
 	}
 	return out, nil
+}
+
+// warmUp waits, on a target that records history only from its start,
+// until it holds the history before injection that anchored probes need
+// (their baseline). The twin has its whole past and needs no wait.
+func (e *Engine) warmUp(ctx context.Context, rec *Record, exps []*expectation) error {
+	h, ok := e.opts.Target.(interface{ HistorySince() time.Time })
+	if !ok {
+		return nil
+	}
+	var need time.Duration
+	for _, x := range exps {
+		if a, ok := x.probe.(probe.Anchored); ok {
+			need = max(need, a.History())
+		}
+	}
+	wait := h.HistorySince().Add(need).Sub(e.opts.Target.Now())
+	if wait <= 0 {
+		return nil
+	}
+	e.event(rec, "warm-up", "", fmt.Sprintf("recording %s of the workload's metrics for its baseline before injecting", wait.Round(time.Second)))
+	if err := e.opts.Target.Sleep(ctx, wait); err != nil {
+		return fmt.Errorf("interrupted while recording the baseline: %w", err)
+	}
+	return nil
 }
 
 // inject records and injects every planned injection in order, stopping at

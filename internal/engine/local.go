@@ -24,6 +24,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/probe/promapi"
 	"github.com/gpuchaos/gpuchaos/internal/probe/scrape"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 	"github.com/gpuchaos/gpuchaos/internal/xidwatch"
@@ -59,6 +60,11 @@ type LocalOptions struct {
 	// ranks and supervisor, whose job series the workload detectors
 	// read. Each series carries its page's instance label.
 	MoreExporters []string
+	// ScrapeInterval is how often the pages are scraped in the background
+	// from StartLocal to Close, as a Prometheus would, so that the job's
+	// rate before injection is known (the workload checks' baseline);
+	// default 1s, negative scrapes only when a probe observes.
+	ScrapeInterval time.Duration
 	// Client sends Prometheus queries; nil means http.DefaultClient.
 	Client *http.Client
 	// LogWindow is how long a matching kernel log line keeps a log probe
@@ -76,6 +82,11 @@ type LocalOptions struct {
 	// tell on its own which processes form a job. A rank without a Node
 	// is put on this node.
 	Jobs []target.Job
+	// JobNames are jobs found at each inventory by their processes:
+	// every process whose environment has GPUCHAOS_JOB set to the name
+	// and a RANK is a rank, on the GPU its LOCAL_RANK names (its RANK
+	// without one).
+	JobNames []string
 }
 
 // DefaultExporter is where the gpuchaos agent serves by default.
@@ -96,6 +107,10 @@ type LocalTarget struct {
 	// coll traces collectives for the collective-trace detector; nil
 	// without LocalOptions.Collectives.
 	coll *colltrace.Tracer
+	// started is when the history begins; stopScrape ends the background
+	// scrapes and waits for them.
+	started    time.Time
+	stopScrape func()
 
 	mu    sync.Mutex
 	lines []logLine // ring of recent records, oldest first once full
@@ -141,7 +156,7 @@ func StartLocal(ctx context.Context, opts LocalOptions) (*LocalTarget, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start local target: %w", err)
 	}
-	t := &LocalTarget{opts: opts, host: host, devs: devs, metrics: store}
+	t := &LocalTarget{opts: opts, host: host, devs: devs, metrics: store, started: time.Now(), stopScrape: func() {}}
 	f, err := kmsg.Open(opts.Kmsg)
 	if err != nil {
 		return nil, fmt.Errorf("start local target: %w", err)
@@ -161,11 +176,46 @@ func StartLocal(ctx context.Context, opts LocalOptions) (*LocalTarget, error) {
 			return nil, errors.Join(fmt.Errorf("start local target: %w", err), t.watch.Stop())
 		}
 	}
+	if opts.ScrapeInterval == 0 {
+		opts.ScrapeInterval = time.Second
+	}
+	if opts.ScrapeInterval > 0 {
+		t.stopScrape = scrapeEvery(context.WithoutCancel(ctx), store, opts.ScrapeInterval)
+	}
 	return t, nil
 }
 
-// Close stops following the kernel log and tracing collectives.
+// scrapeEvery scrapes s every d until the returned stop is called, which
+// waits for the loop to end. A failed scrape is kept as staleness in the
+// history, which is what probes should see, so errors go nowhere else.
+func scrapeEvery(ctx context.Context, s *scrape.Store, d time.Duration) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(d)
+		defer tick.Stop()
+		for {
+			_ = s.Scrape(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// HistorySince is when the target began recording the pages' history.
+func (t *LocalTarget) HistorySince() time.Time { return t.started }
+
+// Close stops following the kernel log, scraping and tracing collectives.
 func (t *LocalTarget) Close() error {
+	t.stopScrape()
 	err := t.watch.Stop()
 	if t.coll != nil {
 		err = errors.Join(err, t.coll.Close())
@@ -250,6 +300,29 @@ func (t *LocalTarget) Inventory(ctx context.Context) (target.Inventory, error) {
 		}
 		inv.Jobs = append(inv.Jobs, j)
 	}
+	for _, name := range t.opts.JobNames {
+		ranks, err := procfind.Ranks(name)
+		if err != nil {
+			return target.Inventory{}, fmt.Errorf("find the ranks of job %s: %w", name, err)
+		}
+		if len(ranks) == 0 {
+			return target.Inventory{}, fmt.Errorf("job %s: no process on this node has %s=%s and a RANK", name, procfind.EnvJob, name)
+		}
+		j := target.Job{Name: name}
+		for _, r := range ranks {
+			// A rank's children (loader workers, a wrapper's child) carry
+			// its environment too; the eldest, listed first, is the rank.
+			if n := len(j.Ranks); n > 0 && j.Ranks[n-1].Rank == r.Rank {
+				continue
+			}
+			g := r.LocalRank
+			if g < 0 {
+				g = r.Rank
+			}
+			j.Ranks = append(j.Ranks, target.Rank{Rank: r.Rank, Node: t.host, GPU: g})
+		}
+		inv.Jobs = append(inv.Jobs, j)
+	}
 	return inv, ctx.Err()
 }
 
@@ -295,14 +368,14 @@ func (t *LocalTarget) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, 
 			return nil, fmt.Errorf("probe %s: detector %s needs the job's processes or libnccl to trace (run --trace-pid or --trace-lib)", name, spec.Detector)
 		}
 		return colltrace.NewProbe(name, t.coll, colltrace.ProbeOptions{Node: t.host}), nil
-	case spec.Detector != "", spec.Threshold != nil:
+	case spec.Detector != "", spec.Threshold != nil, spec.Workload != nil:
 		p, err := probe.FromSpec(name, spec, t.metrics)
 		if err != nil {
 			return nil, fmt.Errorf("probe %s: %w", name, err)
 		}
 		return scrape.Probe(p, t.metrics), nil
 	}
-	return nil, fmt.Errorf("probe %s: defines nothing: set detector, threshold, log or prometheus", name)
+	return nil, fmt.Errorf("probe %s: defines nothing: set detector, threshold, log, prometheus or workload", name)
 }
 
 // localLogProbe holds while a kernel log line matching re was read within

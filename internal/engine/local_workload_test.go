@@ -305,7 +305,9 @@ func localFor(t *testing.T, j *job, stateDir string) *LocalTarget {
 		// A stopped rank accepts connections but never answers; a short
 		// timeout keeps every observation round short.
 		Client: &http.Client{Timeout: 500 * time.Millisecond},
-		Jobs:   []target.Job{jobOf(j.name)},
+		// The ranks are found from their environment, as `gpuchaos run
+		// --job` finds them.
+		JobNames: []string{j.name},
 	})
 }
 
@@ -357,6 +359,34 @@ func runEngine(t *testing.T, lt *LocalTarget, exp *v1alpha1.Experiment, ledgerPa
 	return rec
 }
 
+// logRates logs the job's scraped step rates around the injection, to
+// tell a wrong verdict from a job that really stalled.
+func logRates(t *testing.T, lt *LocalTarget, rec *Record) {
+	t.Helper()
+	t0 := rec.InjectedAt.UnixMilli()
+	lt.metrics.With(func() {
+		for _, se := range lt.metrics.Select("gpuchaos_job_steps_per_second") {
+			var b strings.Builder
+			for _, x := range se.Samples {
+				if x.T >= t0-12000 && x.T <= t0+2000 {
+					fmt.Fprintf(&b, " %+.1fs=%.2f", float64(x.T-t0)/1000, x.V)
+				}
+			}
+			t.Logf("scraped %s:%s", se.Labels, b.String())
+		}
+	})
+}
+
+// verdictOf returns the verdict named name.
+func verdictOf(rec *Record, name string) Verdict {
+	for _, v := range rec.Verdicts {
+		if v.Name == name {
+			return v
+		}
+	}
+	return Verdict{Name: name, Verdict: "absent"}
+}
+
 // passed checks every verdict passed and logs its time to detect.
 func passed(t *testing.T, rec *Record) {
 	t.Helper()
@@ -365,7 +395,7 @@ func passed(t *testing.T, rec *Record) {
 			t.Errorf("%s: verdict %s (%s), want pass", v.Name, v.Verdict, v.Detail)
 			continue
 		}
-		t.Logf("%s: time to detect %.3fs", v.Name, *v.TTDSeconds)
+		t.Logf("%s: time to detect %.3fs %s", v.Name, *v.TTDSeconds, v.Detail)
 	}
 }
 
@@ -447,9 +477,20 @@ func TestWorkloadChaosLocal(t *testing.T) {
           labels: {job: `+j.name+`}
           op: "<"
           value: 0.5
-      within: 8s`, 8*time.Second)
+      within: 8s
+    - name: stalled
+      probe: {workload: {check: stalled, baseline: 10s}}
+      within: 8s
+    - name: rate-back
+      probe: {workload: {check: rate-recovered, tolerance: 0.3, for: 3s, baseline: 10s}}
+      within: 40s`, 8*time.Second)
 		rec := runEngine(t, lt, exp, filepath.Join(t.TempDir(), "ledger.jsonl"))
 		passed(t, rec)
+		// The rate can only come back after SIGCONT, at the end of the
+		// 8s window.
+		if back := verdictOf(rec, "rate-back"); back.TTDSeconds != nil && *back.TTDSeconds < 8 {
+			t.Errorf("rate back %.1fs after injection, before the rank was continued at 8s (%s)", *back.TTDSeconds, back.Detail)
+		}
 		s0, err := j.step(0)
 		if err != nil {
 			t.Fatal(err)
@@ -459,6 +500,10 @@ func TestWorkloadChaosLocal(t *testing.T) {
 	})
 
 	t.Run("kill-rank", func(t *testing.T) {
+		// The rate checks compare with the 10s before injection: let the
+		// job run steadily that long after the hang.
+		j.waitStep(t, 0, j.waitStep(t, 0, 0, time.Second)+10, 30*time.Second)
+		time.Sleep(10 * time.Second)
 		attempts := len(j.starts(0))
 		exp := rankExperiment(t, "kill-rank", j.name, `    - id: workload.kill-rank
       mechanism: signal
@@ -470,11 +515,39 @@ func TestWorkloadChaosLocal(t *testing.T) {
           labels: {job: `+j.name+`}
           op: ">="
           value: 1
-      within: 10s`, 5*time.Second)
+      within: 10s
+    - name: resumed
+      probe: {workload: {check: resumed}}
+      within: 60s
+    - name: lost
+      probe: {workload: {check: lost-work}}
+      within: 60s
+    - name: rate-back
+      probe: {workload: {check: rate-recovered, tolerance: 0.3, for: 3s, baseline: 10s}}
+      within: 60s
+    - name: goodput
+      probe: {workload: {check: goodput, min: 0.2, baseline: 10s}}
+      within: 30s`, 5*time.Second)
 		rec := runEngine(t, lt, exp, filepath.Join(t.TempDir(), "ledger.jsonl"))
 		passed(t, rec)
 		start := j.waitAttempt(t, attempts, 60*time.Second)
 		lost := j.lastStep(attempts-1) - start.ResumedFrom
+		// The verdicts read the job's pages only; the ranks' own output is
+		// the truth. The last scrape before the kill may be some steps
+		// short of the last step made (scrapes every second at most, about
+		// 20-35 steps a second here).
+		if v := verdictOf(rec, "resumed"); v.Value == nil || int(*v.Value) != start.ResumedFrom {
+			t.Errorf("resumed verdict %v (%s), the ranks resumed from %d", v.Value, v.Detail, start.ResumedFrom)
+		}
+		if v := verdictOf(rec, "lost"); v.Value == nil || int(*v.Value) > lost || int(*v.Value) < lost-40 {
+			t.Errorf("lost-work verdict %v (%s), the ranks lost %d steps", v.Value, v.Detail, lost)
+		}
+		if v := verdictOf(rec, "goodput"); v.Value == nil {
+			logRates(t, lt, rec)
+		}
+		if v := verdictOf(rec, "goodput"); v.Value == nil || *v.Value > 1.1 {
+			t.Errorf("goodput verdict %v (%s), want a share of at most about 1", v.Value, v.Detail)
+		}
 		t.Logf("kill-rank: last step before the kill %d, resumed from %d: lost work %d steps (interval %d)",
 			j.lastStep(attempts-1), start.ResumedFrom, lost, ckptEvery)
 		if start.ResumedFrom == 0 || lost < 0 || lost > ckptEvery {

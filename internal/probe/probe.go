@@ -59,6 +59,10 @@ type Anchor struct {
 type Anchored interface {
 	Probe
 	SetAnchor(Anchor)
+	// History is how much of the source's history before injection the
+	// probe needs (a baseline); the engine waits for it on a target that
+	// starts recording when the run starts.
+	History() time.Duration
 }
 
 // Probe evaluates one condition at the current time of its source.

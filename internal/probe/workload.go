@@ -62,6 +62,20 @@ func (p *workloadProbe) SetAnchor(a Anchor) {
 	p.a.Jobs = slices.Clone(a.Jobs)
 }
 
+// History is the baseline window for the checks that compare with the
+// rate before injection; resumed and lost-work read only what happens
+// after it.
+func (p *workloadProbe) History() time.Duration {
+	switch p.spec.Check {
+	case v1alpha1.WorkloadResumed, v1alpha1.WorkloadLostWork:
+		return 0
+	}
+	if p.spec.Baseline.Duration > 0 {
+		return p.spec.Baseline.Duration
+	}
+	return defaultBaseline
+}
+
 func (p *workloadProbe) anchor() Anchor {
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -2,6 +2,7 @@ package scrape
 
 import (
 	"context"
+	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 )
@@ -12,7 +13,21 @@ import (
 // that stopped answering is something detectors should see); only while
 // no scrape has ever succeeded is the failure the observation's error, so
 // a wrong URL does not read as "nothing detected".
-func Probe(p probe.Probe, s *Store) probe.Probe { return &scraping{p: p, s: s} }
+func Probe(p probe.Probe, s *Store) probe.Probe {
+	if a, ok := p.(probe.Anchored); ok {
+		return &anchoredScraping{scraping{p: p, s: s}, a}
+	}
+	return &scraping{p: p, s: s}
+}
+
+// anchoredScraping keeps an anchored probe anchored behind the wrapper.
+type anchoredScraping struct {
+	scraping
+	a probe.Anchored
+}
+
+func (sp *anchoredScraping) SetAnchor(a probe.Anchor) { sp.a.SetAnchor(a) }
+func (sp *anchoredScraping) History() time.Duration   { return sp.a.History() }
 
 type scraping struct {
 	p probe.Probe

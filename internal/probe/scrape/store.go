@@ -54,6 +54,10 @@ type Options struct {
 type Store struct {
 	opts Options
 
+	// scraping serialises scrapes (a background loop and observations
+	// may both ask), so samples are appended in time order.
+	scraping sync.Mutex
+
 	mu sync.Mutex
 	// series holds each page's series, by instance and then by metric
 	// name + label key, so a scrape walks only its own page's.
@@ -110,6 +114,8 @@ func (s *Store) Scrapes() int {
 // this one get a staleness marker; so do all of them when the fetch fails,
 // as Prometheus marks a target that stopped answering.
 func (s *Store) Scrape(ctx context.Context) error {
+	s.scraping.Lock()
+	defer s.scraping.Unlock()
 	now := s.opts.Now()
 	s.mu.Lock()
 	if !s.last.IsZero() && now.Sub(s.last) < s.opts.MinInterval {
