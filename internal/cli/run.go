@@ -245,7 +245,13 @@ func startLocalTarget(cmd *cobra.Command, fl localFlags, dryRun, table bool) (st
 	}
 	src, err := gpu.OpenNVML()
 	if err != nil {
-		return nil, nil, nil, failed(fmt.Errorf("--target local: cannot list this node's GPUs: %w", err))
+		if len(fl.jobs) == 0 {
+			return nil, nil, nil, failed(fmt.Errorf("--target local: cannot list this node's GPUs: %w", err))
+		}
+		// A training job on CPUs (gloo) can still have its ranks and
+		// checkpoints broken; only GPU faults need NVML.
+		fmt.Fprintf(cmd.ErrOrStderr(), "note: no GPUs listed (%v); only job, rank and checkpoint faults can be selected\n", err)
+		src = noGPUs{}
 	}
 	opts := engine.LocalOptions{Source: src, Prometheus: fl.prometheus, JobNames: fl.jobs, ScrapeInterval: fl.scrapeInterval}
 	if len(fl.exporters) > 0 {
@@ -364,7 +370,7 @@ func printVerdicts(w interface{ Write([]byte) (int, error) }, rec *engine.Record
 	// A measured expectation's figure is in its detail (steps lost, the
 	// step resumed from, a goodput): print it, the table has no room.
 	for _, v := range rec.Verdicts {
-		if v.Value != nil && v.Detail != "" {
+		if v.Detail != "" && (v.Value != nil || strings.HasPrefix(v.Detail, "not measured")) {
 			fmt.Fprintf(w, "  %s: %s\n", v.Name, v.Detail)
 		}
 	}
@@ -407,3 +413,12 @@ func startLive(cmd *cobra.Command, spec twin.ClusterSpec, seed uint64, warmup ti
 	go func() { done <- serveTwin(ctx, r, ln) }()
 	return func() { cancel(); <-done }, engine.LiveTarget{Runner: r, Prometheus: promURL}, nil
 }
+
+// noGPUs is the GPU source of a node without NVML: it lists none.
+type noGPUs struct{}
+
+func (noGPUs) Devices(context.Context) ([]gpu.Device, error) { return nil, nil }
+func (noGPUs) Sample(_ context.Context, i int) (gpu.Sample, error) {
+	return gpu.Sample{}, fmt.Errorf("gpu %d: %w", i, gpu.ErrNoDevice)
+}
+func (noGPUs) Close() error { return nil }

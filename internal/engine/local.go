@@ -85,7 +85,7 @@ type LocalOptions struct {
 	// JobNames are jobs found at each inventory by their processes:
 	// every process whose environment has GPUCHAOS_JOB set to the name
 	// and a RANK is a rank, on the GPU its LOCAL_RANK names (its RANK
-	// without one).
+	// without one), or on no GPU when the node lists none.
 	JobNames []string
 }
 
@@ -318,6 +318,9 @@ func (t *LocalTarget) Inventory(ctx context.Context) (target.Inventory, error) {
 			g := r.LocalRank
 			if g < 0 {
 				g = r.Rank
+			}
+			if len(t.devs) == 0 {
+				g = target.NoGPU // a job on CPUs, on a node without GPUs
 			}
 			j.Ranks = append(j.Ranks, target.Rank{Rank: r.Rank, Node: t.host, GPU: g})
 		}

@@ -23,6 +23,7 @@ const (
 	jobCheckpointStep = "gpuchaos_job_last_checkpoint_step"
 	jobResumedFrom    = "gpuchaos_job_resumed_from_step"
 	jobRestartsTotal  = "gpuchaos_job_restarts_total"
+	jobCkptInterval   = "gpuchaos_job_checkpoint_interval_steps"
 )
 
 // Defaults of the workload checks' settings.
@@ -135,6 +136,7 @@ type judgment struct {
 type jobView struct {
 	job                                 string
 	step, rate, ckpt, resumed, restarts []*twin.Series
+	interval                            []*twin.Series
 	resumedByKey                        map[string]*twin.Series
 }
 
@@ -158,7 +160,7 @@ func (p *workloadProbe) view(job string) jobView {
 		return out
 	}
 	v := jobView{job: job, step: sel(jobStepTotal), rate: sel(jobStepRate), ckpt: sel(jobCheckpointStep),
-		resumed: sel(jobResumedFrom), restarts: sel(jobRestartsTotal), resumedByKey: map[string]*twin.Series{}}
+		resumed: sel(jobResumedFrom), restarts: sel(jobRestartsTotal), interval: sel(jobCkptInterval), resumedByKey: map[string]*twin.Series{}}
 	for _, s := range v.resumed {
 		v.resumedByKey[s.LabelKey()] = s
 	}
@@ -195,8 +197,12 @@ type restart struct {
 	// distinct checkpoint steps the job reported before it, ascending.
 	before float64
 	ckpts  []float64
-	// freshStart says the job had started from step 0 before the fault.
-	freshStart bool
+	// sawNone says the history shows the job before its first checkpoint
+	// (a checkpoint step of 0), so that step 0 starts the intervals.
+	sawNone bool
+	// interval is the job's own checkpoint interval in steps, 0 when it
+	// does not export one.
+	interval float64
 }
 
 // findRestart finds the job's first restart after t0 and the resumption
@@ -265,6 +271,9 @@ func findRestart(v jobView, t0 int64) (restart, error) {
 			if x.T >= r.at {
 				break
 			}
+			if !twin.IsStale(x.V) && x.V == 0 {
+				r.sawNone = true
+			}
 			if !twin.IsStale(x.V) && x.V > 0 && !seen[x.V] {
 				seen[x.V] = true
 				r.ckpts = append(r.ckpts, x.V)
@@ -278,9 +287,9 @@ func findRestart(v jobView, t0 int64) (restart, error) {
 			r.before = x
 		}
 	}
-	for _, s := range v.resumed {
-		if x, ok := lastBefore(s.Samples, t0+1); ok && x == 0 {
-			r.freshStart = true
+	for _, s := range v.interval {
+		if x, ok := lastBefore(s.Samples, r.at); ok && x > 0 {
+			r.interval = math.Max(r.interval, x)
 		}
 	}
 	return r, nil
@@ -327,20 +336,24 @@ func (p *workloadProbe) lostWork(v jobView, a Anchor) (judgment, error) {
 	lost := math.Max(r.before-r.from, 0)
 	var bound float64
 	var why string
-	if p.spec.MaxLostSteps != nil {
+	switch {
+	case p.spec.MaxLostSteps != nil:
 		bound, why = float64(*p.spec.MaxLostSteps), "maxLostSteps"
-	} else {
+	case r.interval > 0:
+		bound, why = r.interval, "the checkpoint interval the job exports"
+	default:
 		ckpts := r.ckpts
-		if r.freshStart {
+		if r.sawNone {
 			ckpts = append([]float64{0}, ckpts...)
 		}
 		if len(ckpts) < 2 {
-			return judgment{}, fmt.Errorf("cannot tell the checkpoint interval: the job reported %d checkpoint step(s) before the restart; set maxLostSteps", len(r.ckpts))
+			return judgment{}, fmt.Errorf("cannot tell the checkpoint interval: the job exports no %s and reported %d checkpoint step(s) before the restart; set maxLostSteps",
+				jobCkptInterval, len(r.ckpts))
 		}
 		for i := 1; i < len(ckpts); i++ {
 			bound = math.Max(bound, ckpts[i]-ckpts[i-1])
 		}
-		why = "the checkpoint interval"
+		why = "the checkpoint interval seen"
 	}
 	// The last step seen is the last scrape's: the job may have gone a few
 	// steps further before it died, so the figure is a lower bound.

@@ -184,6 +184,9 @@ func TestWorkloadChecks(t *testing.T) {
 		{name: "lost work with an explicit bound", sim: simulate(60*time.Second, kill(5, 1)),
 			check: v1alpha1.WorkloadProbe{Check: "lost-work", MaxLostSteps: i64(40)}, a: anchor(10*time.Second, time.Minute),
 			holds: true, value: 30, at: 6 * time.Second, detail: "bound 40, maxLostSteps"},
+		{name: "lost work bounded by the interval the job exports", sim: withInterval(simulate(60*time.Second, kill(5, 1)), 50),
+			check: v1alpha1.WorkloadProbe{Check: "lost-work"}, a: anchor(10*time.Second, time.Minute),
+			holds: true, value: 30, at: 6 * time.Second, detail: "bound 50, the checkpoint interval the job exports"},
 		{name: "hang is stalled once the 5s rate reaches 0", sim: simulate(30*time.Second, slow(10, 0)),
 			check: v1alpha1.WorkloadProbe{Check: "stalled"}, a: anchor(10*time.Second, time.Minute),
 			// the 5s rate: 8 at 0s (no step since 590), 0 at 4s
@@ -242,6 +245,16 @@ func TestWorkloadChecks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withInterval adds the job's exported checkpoint interval.
+func withInterval(js *jobSim, steps float64) *jobSim {
+	s := ser("gpuchaos_job_checkpoint_interval_steps", js.step.Labels)
+	for _, x := range js.step.Samples {
+		s.Samples = append(s.Samples, smp(time.UnixMilli(x.T), steps))
+	}
+	js.src.series = append(js.src.series, s)
+	return js
 }
 
 // slowThenKill runs at half speed for 2s, then is killed for 5s: the kill

@@ -290,6 +290,10 @@ func (m *matcher) rankOK(job string, r Rank) bool {
 	if n == nil || !m.nodeOK(n) {
 		return false
 	}
+	if r.GPU == NoGPU {
+		// A CPU rank: a selector that names GPUs cannot mean it.
+		return len(m.sel.GPUs) == 0
+	}
 	i := slices.IndexFunc(n.GPUs, func(g GPU) bool { return g.Index == r.GPU })
 	if i < 0 {
 		return false

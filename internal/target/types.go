@@ -47,5 +47,10 @@ type Job struct {
 type Rank struct {
 	Rank int    `json:"rank"`
 	Node string `json:"node"`
-	GPU  int    `json:"gpu"`
+	// GPU is the rank's GPU index on its node; NoGPU for a rank on CPUs
+	// (a gloo job on a node without GPUs).
+	GPU int `json:"gpu"`
 }
+
+// NoGPU is the GPU of a rank that has none.
+const NoGPU = -1

@@ -23,6 +23,7 @@ type nodeSeries struct {
 
 type jobSeries struct {
 	step, rate, up, restarts, ckptStep, ckptTime, ckptFail, resumed, goodput *Series
+	ckptInterval                                                             *Series
 	rankStep                                                                 []*Series
 }
 
@@ -135,6 +136,9 @@ func (s *seriesStore) init(t *Twin) {
 			ckptFail: s.add("gpuchaos_job_checkpoint_failures_total", jl),
 			resumed:  s.add("gpuchaos_job_resumed_from_step", jl),
 			goodput:  s.add("gpuchaos_job_goodput_ratio", jl),
+			// The interval in steps at the healthy step time, as a job
+			// that checkpoints every N steps exports it.
+			ckptInterval: s.add("gpuchaos_job_checkpoint_interval_steps", jl),
 		}
 		for r, g := range j.ranks {
 			j.series.rankStep = append(j.series.rankStep, s.add("gpuchaos_rank_step_seconds",
@@ -233,6 +237,9 @@ func (t *Twin) doScrape() {
 		js.ckptFail.append(ts, float64(j.ckptFailures))
 		js.resumed.append(ts, float64(j.resumedFrom))
 		js.goodput.append(ts, st.Goodput)
+		if j.baseline > 0 {
+			js.ckptInterval.append(ts, math.Round(j.spec.CheckpointInterval.Seconds()/j.baseline))
+		}
 		for r, se := range js.rankStep {
 			if j.processAlive() {
 				se.append(ts, j.rankCompute[r])

@@ -146,6 +146,7 @@ class Metrics:
         self.ckpt_failures = 0
         self.ckpts = 0
         self.resumed = 0
+        self.ckpt_interval = 0
         self.window = deque()
 
     def observe_step(self, step, seconds, now):
@@ -195,6 +196,7 @@ class Metrics:
                 ("gpuchaos_job_checkpoints_total", "counter", "Checkpoints written by this process.", job, self.ckpts),
                 ("gpuchaos_job_checkpoint_failures_total", "counter", "Checkpoint writes that failed in this process.", job, self.ckpt_failures),
                 ("gpuchaos_job_resumed_from_step", "gauge", "Step of the checkpoint this process resumed from; 0 for a fresh start.", job, self.resumed),
+                ("gpuchaos_job_checkpoint_interval_steps", "gauge", "Steps between checkpoints; 0 without checkpoints.", job, self.ckpt_interval),
                 ("gpuchaos_rank_step_seconds", "gauge", "Wall time of the rank's last step.", rank, self.step_seconds),
             ]
         if self.rank != 0:
@@ -519,6 +521,9 @@ def main(argv=None):
         torch.set_num_threads(1)
 
     metrics = Metrics(args.job, rank, gpu)
+    # The workload checks bound lost work by the interval; exported, it
+    # needs no history of checkpoints to be known.
+    metrics.ckpt_interval = args.ckpt_every if args.ckpt_dir else 0
     srv = serve_metrics(metrics, args.metrics_port + rank, log) if args.metrics_port else None
 
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=120))
