@@ -80,7 +80,7 @@ for _ in $(seq 600); do
 	sleep 0.1
 done
 started=$(date +%s.%N)
-echo "startup: first step $(echo "$started - $launched" | bc) s after launch"
+echo "startup: first step $(awk "BEGIN{printf \"%.2f\", $started - $launched}") s after launch"
 sleep 20
 echo "baseline: $(metric 9500 gpuchaos_job_steps_per_second) steps/s at step $(metric 9500 gpuchaos_job_step_total); checkpoint took $(metric 9500 gpuchaos_job_last_checkpoint_duration_seconds) s"
 

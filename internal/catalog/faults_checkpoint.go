@@ -2,7 +2,9 @@ package catalog
 
 import (
 	"errors"
+	"net/netip"
 	"path/filepath"
+	"strings"
 )
 
 // pathParam names the checkpoint directory a checkpoint fault works on.
@@ -21,6 +23,31 @@ func checkPath(v Values) error {
 	}
 	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
 		return &ParamError{Param: "path", Err: errors.New("must be a clean absolute path such as /checkpoints/run1")}
+	}
+	return nil
+}
+
+// checkPathAndServer is checkPath for checkpoint.storage-partition, which
+// also takes a server: empty (found from the mount), an IP address, a CIDR
+// or a host name. Anything else (a URL, a mount source) is refused here
+// rather than failing a DNS lookup at injection.
+func checkPathAndServer(v Values) error {
+	if err := checkPath(v); err != nil {
+		return err
+	}
+	s := v.String("server")
+	if s == "" {
+		return nil
+	}
+	if _, err := netip.ParseAddr(s); err == nil {
+		return nil
+	}
+	if _, err := netip.ParsePrefix(s); err == nil {
+		return nil
+	}
+	if len(s) > 253 || strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-") != "" ||
+		strings.HasPrefix(s, "-") || strings.HasPrefix(s, ".") || strings.Contains(s, "..") {
+		return &ParamError{Param: "server", Err: errors.New("must be an IP address, a CIDR or a host name such as storage-0.example.org")}
 	}
 	return nil
 }
@@ -134,16 +161,32 @@ func checkpointFaults() []*Fault {
 			Summary: "Checkpoint storage stops answering; writes hang",
 			Scope:   ScopeJob,
 			Safety:  SafetyDisruptive,
-			Params:  []Param{pathParam()},
+			Params: []Param{
+				pathParam(),
+				{Name: "server", Type: ParamString, Default: "", Help: "storage server to cut off: an IPv4 address, a host name or a CIDR; empty for the server of the network filesystem that holds path (NFS, CIFS or sshfs)"},
+				{Name: "port", Type: ParamInt, Default: "0", Min: "0", Max: "65535", Help: "server port to cut off (2049 for NFS, 445 for CIFS, 22 for sshfs); 0 for every port"},
+			},
 			// A network filesystem whose server vanished logs it ("nfs:
 			// server ... not responding"); a FUSE stall does not.
 			Detectable: []Layer{LayerWorkload, LayerKernelLog},
-			Mechanisms: []Mechanism{{
-				Name: "fuse-latency", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
-				Reaches: workload(), Misses: []Layer{LayerKernelLog},
-				Description: "Mounts the FUSE pass-through over the checkpoint directory and holds every write until recovery, " +
-					"as a hung network filesystem does.",
-			}},
+			Mechanisms: []Mechanism{
+				{
+					Name: "cls-bpf", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
+					Reaches: workload(), Misses: []Layer{LayerKernelLog},
+					Description: "Finds the storage server (given, or parsed from the mount that holds path: NFS, CIFS or sshfs), " +
+						"and attaches cls_bpf programs on ingress and egress of the interface this node routes to it that drop " +
+						"every IPv4 packet to or from the server (and port), as a partitioned storage network does. " +
+						"The mount is not touched: a hard mount blocks its writers until recovery. " +
+						"The kernel log shows it only where the filesystem logs its server's silence: NFS does " +
+						"(\"server ... not responding\") and CIFS does, but sshfs and other FUSE filesystems log nothing.",
+				},
+				{
+					Name: "fuse-latency", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
+					Reaches: workload(), Misses: []Layer{LayerKernelLog},
+					Description: "Mounts the FUSE pass-through over the checkpoint directory and holds every write until recovery, " +
+						"as a hung network filesystem does.",
+				},
+			},
 			Signature: Signature{
 				Series:   ckptSeries(seriesJobStepsTotal),
 				Logs:     []string{"nfs: server storage-0 not responding, still trying"},
@@ -151,7 +194,7 @@ func checkpointFaults() []*Fault {
 				Silent:   true,
 				Effects:  fixedEffects(Effect{Kind: EffectCheckpoint, Mode: "partition"}),
 			},
-			Check: checkPath,
+			Check: checkPathAndServer,
 		},
 		{
 			ID:      "checkpoint.corrupt-newest",

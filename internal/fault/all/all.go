@@ -15,6 +15,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/netfault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/numafault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/procfault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
 )
 
@@ -58,6 +59,9 @@ func Injector(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, 
 	case "tc-tbf", "cls-bpf", "netem":
 		if env.StateDir == "" {
 			return nil, fmt.Errorf("mechanism %s of %s needs a state directory for network faults on a local node", m.Name, f.ID)
+		}
+		if f.ID == storagefault.FaultID {
+			return storagefault.New(f, m, storagefault.Options{StateDir: filepath.Join(env.StateDir, "storage")})
 		}
 		return netfault.New(f, m.Name, filepath.Join(env.StateDir, "net"))
 	case "migrate-pages", "sched-setaffinity", "memory-hog", "cpu-hog":
