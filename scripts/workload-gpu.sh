@@ -3,18 +3,21 @@
 # running with NCCL on the GPUs of this machine, through the engine
 # (`gpuchaos run --target local --job`), and judges each run with the
 # workload checks: resumed, lost-work, stalled, slowdown, rate-recovered
-# and goodput. Prints each run's verdicts and a summary of the job's own
-# figures (startup time, step rate) that a twin of the same job needs.
+# and goodput. Then it writes a twin of the same job from the job's own
+# figures (step time, checkpoint size and time, startup time), runs the
+# same experiment files on the twin, and prints the goodput each run
+# measured beside the twin's prediction.
 #
 #   scripts/workload-gpu.sh [-b BIN] [-o DIR] [-r RANKS] [-k BACKEND] [-p PYTHON] [experiment ...]
 #
-# -k gloo -p /usr/bin/python3 runs the same on CPUs (a smoke test of the
-# script on a machine without GPUs; MODEL overrides the model's flags).
-#
-# Experiments (default: all): kill-rank hang-rank straggler corrupt-kill
-# kill-writer fill-volume numa. Needs root (cgroups, tmpfs, signals to the
-# ranks), Python with PyTorch (python3), and GPUs; the checkpoint
-# directory is a 4 GiB tmpfs, so fill-volume never touches a real disk.
+# Experiments (default: all; a suffix such as kill-rank-2 repeats one):
+# kill-rank hang-rank straggler corrupt-kill kill-writer fill-volume numa.
+# Needs root (cgroups, tmpfs, signals to the ranks), Python with PyTorch
+# and GPUs; the checkpoint directory is a 4 GiB tmpfs, so fill-volume never
+# touches a real disk. -k gloo -p /usr/bin/python3 runs the same on CPUs
+# (a smoke test without GPUs); MODEL overrides the model's flags,
+# CKPT_EVERY the checkpoint interval (500 steps), WINDOW the goodput
+# window (90s).
 set -euo pipefail
 
 bin=bin/gpuchaos
@@ -29,12 +32,14 @@ while getopts "b:o:r:k:p:" o; do
 	r) ranks=$OPTARG ;;
 	k) backend=$OPTARG ;;
 	p) python=$OPTARG ;;
-	*) sed -n 2,19p "$0"; exit 2 ;;
+	*) sed -n 2,20p "$0"; exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
 exps=("$@")
 [ ${#exps[@]} -gt 0 ] || exps=(kill-rank hang-rank straggler corrupt-kill kill-writer fill-volume numa)
+every=${CKPT_EVERY:-500}
+window=${WINDOW:-90s}
 
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 bin=$(realpath "$bin")
@@ -52,7 +57,7 @@ cleanup() {
 trap cleanup EXIT
 
 metric() { # metric PORT NAME: the first sample's value, or nothing
-	python3 - "$1" "$2" <<'EOF' 2>/dev/null || true
+	python3 - "$1" "$2" <<'PY' 2>/dev/null || true
 import sys, urllib.request
 try:
     body = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=1).read().decode()
@@ -61,7 +66,7 @@ except Exception:
 for line in body.splitlines():
     if line.startswith(sys.argv[2] + "{") or line.startswith(sys.argv[2] + " "):
         print(line.rsplit(" ", 1)[1]); break
-EOF
+PY
 }
 
 exporters=(--exporter http://127.0.0.1:9499/metrics)
@@ -70,23 +75,56 @@ for ((r = 0; r < ranks; r++)); do exporters+=(--exporter "http://127.0.0.1:$((95
 launched=$(date +%s.%N)
 # shellcheck disable=SC2086 # MODEL is a list of flags
 "$bin" workload run --ranks "$ranks" --backend "$backend" --python "$python" --job "$job" \
-	--ckpt-dir "$ckpt" --ckpt-every 100 --keep 3 ${MODEL:---hidden 2048 --layers 8 --batch 512} \
+	--ckpt-dir "$ckpt" --ckpt-every "$every" --keep 3 ${MODEL:---hidden 2048 --layers 8 --batch 512} \
 	--duration 60m --max-restarts 20 --metrics-port 9500 --supervisor-addr 127.0.0.1:9499 \
 	--events "$out/events.jsonl" >"$out/ranks.log" 2>&1 &
 wl=$!
-for _ in $(seq 600); do
+for _ in $(seq 1200); do
 	s=$(metric 9500 gpuchaos_job_step_total)
 	[ -n "$s" ] && [ "${s%.*}" -gt 0 ] && break
 	sleep 0.1
 done
 started=$(date +%s.%N)
-echo "startup: first step $(awk "BEGIN{printf \"%.2f\", $started - $launched}") s after launch"
-sleep 20
-echo "baseline: $(metric 9500 gpuchaos_job_steps_per_second) steps/s at step $(metric 9500 gpuchaos_job_step_total); checkpoint took $(metric 9500 gpuchaos_job_last_checkpoint_duration_seconds) s"
+startup=$(awk "BEGIN{printf \"%.2f\", $started - $launched}")
+echo "startup: first step ${startup}s after launch"
+# Past the first checkpoint, so its time and size are known.
+for _ in $(seq 600); do
+	c=$(metric 9500 gpuchaos_job_last_checkpoint_step)
+	[ -n "$c" ] && [ "${c%.*}" -gt 0 ] && break
+	sleep 0.1
+done
+sleep 5
+rate=$(metric 9500 gpuchaos_job_steps_per_second)
+steptime=$(metric 9500 gpuchaos_rank_step_seconds)
+ckptsec=$(metric 9500 gpuchaos_job_last_checkpoint_duration_seconds)
+ckptbytes=$(find "$ckpt" -name 'ckpt-*.pt' -printf '%s\n' | sort -n | tail -1)
+echo "baseline: ${rate} steps/s, step ${steptime}s, checkpoint every ${every} steps: ${ckptbytes} bytes in ${ckptsec}s"
+
+# The twin of this job: one node of these GPUs, the job's step time (its
+# all-reduce is inside it, so the twin's own is made negligible), a sync
+# checkpoint of the measured size at the measured speed every interval,
+# and a restart as long as the measured startup.
+cat >"$out/twin.yaml" <<YAML
+name: $job-twin
+nodes: {count: 1, namePrefix: node-, gpusPerNode: $ranks, model: H200, numaSockets: 1}
+storage: {bandwidthGBps: $(awk "BEGIN{printf \"%.4f\", $ckptbytes / 1e9 / $ckptsec}")}
+variability: {kind: lognormal, sigma: 0}
+exporter: {scrapeInterval: 1s}
+jobs:
+  - name: $job
+    gpus: all
+    stepCompute: $(awk "BEGIN{printf \"%.2fms\", $steptime * 1000}")
+    gradientBytes: 1.0e+3
+    checkpointInterval: $(awk "BEGIN{printf \"%.2fs\", $every * $steptime}")
+    checkpointGB: $(awk "BEGIN{printf \"%.4f\", $ckptbytes / 1e9}")
+    checkpointMode: sync
+    restartCost: ${startup}s
+YAML
 
 # experiment NAME DURATION FAULTS EXPECTATIONS: write and run one.
+ran=()
 experiment() {
-	cat >"$out/$1.yaml" <<EOF
+	cat >"$out/$1.yaml" <<YAML
 apiVersion: gpuchaos.dev/v1alpha1
 kind: Experiment
 metadata: {name: $1}
@@ -97,50 +135,103 @@ spec:
 $3
   expectations:
 $4
-EOF
+YAML
 	echo "== $1"
 	"$bin" run "$out/$1.yaml" --target local --job "$job" "${exporters[@]}" --ledger "$out/ledger.jsonl" \
 		--record "$out/rec-$1.json" 2>&1 | grep -v '^time=' || true
+	ran+=("$1")
 }
 
 base="baseline: 15s"
+goodput="    - {name: goodput, within: $window, probe: {workload: {check: goodput, min: 0.5, $base}}}"
+rateback="    - {name: rate-back, within: 60s, probe: {workload: {check: rate-recovered, tolerance: 0.05, for: 5s, $base}}}"
 for e in "${exps[@]}"; do
 	case $e in
-	kill-rank)
-		experiment kill-rank 5s "    - {id: workload.kill-rank, params: {signal: SIGKILL}}" "\
+	kill-rank*)
+		experiment "$e" 5s "    - {id: workload.kill-rank, params: {signal: SIGKILL}}" "\
     - {name: resumed, within: 60s, probe: {workload: {check: resumed}}}
     - {name: lost-work, within: 60s, probe: {workload: {check: lost-work}}}
-    - {name: rate-back, within: 60s, probe: {workload: {check: rate-recovered, tolerance: 0.05, for: 5s, $base}}}
-    - {name: goodput-45s, within: 45s, probe: {workload: {check: goodput, min: 0.5, $base}}}" ;;
-	hang-rank)
-		experiment hang-rank 15s "    - {id: workload.hang-rank}" "\
+$rateback
+$goodput" ;;
+	hang-rank*)
+		experiment "$e" 15s "    - {id: workload.hang-rank}" "\
     - {name: stalled, within: 10s, probe: {workload: {check: stalled, $base}}}
-    - {name: rate-back, within: 60s, probe: {workload: {check: rate-recovered, tolerance: 0.05, for: 5s, $base}}}
-    - {name: goodput-45s, within: 45s, probe: {workload: {check: goodput, min: 0.5, $base}}}" ;;
-	straggler)
-		experiment straggler 20s "    - {id: workload.straggler, params: {slowdown: 2}}" "\
+$rateback
+$goodput" ;;
+	straggler*)
+		experiment "$e" 20s "    - {id: workload.straggler, params: {slowdown: 2}}" "\
     - {name: slowdown, within: 15s, probe: {workload: {check: slowdown, tolerance: 0.3, for: 3s, $base}}}
-    - {name: rate-back, within: 60s, probe: {workload: {check: rate-recovered, tolerance: 0.05, for: 5s, $base}}}
-    - {name: goodput-40s, within: 40s, probe: {workload: {check: goodput, min: 0.5, $base}}}" ;;
-	corrupt-kill)
-		experiment corrupt-kill 5s "    - {id: checkpoint.corrupt-newest}
+$rateback
+$goodput" ;;
+	corrupt-kill*)
+		# Held longer than a restart takes: recovering corrupt-newest puts
+		# the bytes back, and a resume after that would find them sound.
+		experiment "$e" 40s "    - {id: checkpoint.corrupt-newest}
     - {id: workload.kill-rank, params: {signal: SIGKILL}}" "\
     - {name: resumed-newest, within: 60s, probe: {workload: {check: resumed}}}
     - {name: resumed-fallback, within: 60s, probe: {workload: {check: resumed, maxFallback: 1}}}
     - {name: lost-work, within: 60s, probe: {workload: {check: lost-work}}}" ;;
-	kill-writer)
-		experiment kill-writer 5s "    - {id: checkpoint.kill-writer, params: {signal: SIGKILL, timeout: 30s}}" "\
+	kill-writer*)
+		experiment "$e" 5s "    - {id: checkpoint.kill-writer, params: {signal: SIGKILL, timeout: 60s}}" "\
     - {name: resumed, within: 90s, probe: {workload: {check: resumed}}}
     - {name: lost-work, within: 90s, probe: {workload: {check: lost-work}}}" ;;
-	fill-volume)
-		experiment fill-volume 15s "    - {id: checkpoint.fill-volume}" "\
-    - {name: saves-fail, within: 15s, probe: {threshold: {metric: gpuchaos_job_checkpoint_failures_total, op: '>=', value: 1}}}
-    - {name: rate-back, within: 60s, probe: {workload: {check: rate-recovered, tolerance: 0.05, for: 5s, $base}}}" ;;
-	numa)
-		experiment numa 10s "    - {id: numa.remote-memory}" "\
+	fill-volume*)
+		experiment "$e" 30s "    - {id: checkpoint.fill-volume}" "\
+    - {name: saves-fail, within: 30s, probe: {threshold: {metric: gpuchaos_job_checkpoint_failures_total, op: '>=', value: 1}}}
+$rateback" ;;
+	numa*)
+		experiment "$e" 10s "    - {id: numa.remote-memory}" "\
     - {name: slowdown, within: 10s, probe: {workload: {check: slowdown, tolerance: 0.05, $base}}}" ;;
 	*) echo "unknown experiment $e" >&2; exit 2 ;;
 	esac
 done
 echo "== job after the runs: step $(metric 9500 gpuchaos_job_step_total), restarts $(metric 9499 gpuchaos_job_restarts_total), rate $(metric 9500 gpuchaos_job_steps_per_second) steps/s"
-grep -c '"event": *"checkpoint_rejected"' "$out/ranks.log" | sed 's/^/checkpoints rejected on resume: /' || true
+echo "checkpoints rejected on resume: $(grep -c 'checkpoint_rejected' "$out/ranks.log" || true)"
+echo "== twin spec"
+cat "$out/twin.yaml"
+
+# The same experiment files on the twin of this job. A kill loses the work
+# since the last checkpoint, so its cost depends on when in the checkpoint
+# cycle it lands: the twin runs the experiment at 20 moments spread over
+# one cycle, and is compared with the job at the moment closest to the
+# job's own (the steps past its last checkpoint at injection).
+echo "== goodput over $window: measured on the job vs predicted by its twin"
+python3 - "$bin" "$out" "$every" "$steptime" "$ckptsec" "${ran[@]}" <<'PY'
+import json, re, subprocess, sys
+bin_, out, every, steptime, ckptsec = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
+def goodput(path):
+    """The goodput verdict's value and the step at injection, from a record."""
+    try:
+        rec = json.load(open(path))
+    except Exception:
+        return None, None
+    for v in rec.get("verdicts") or []:
+        if v["name"] == "goodput" and v.get("value") is not None:
+            m = re.search(r"step (\d+) ", v.get("detail", ""))
+            return v["value"], int(m.group(1)) if m else None
+    return None, None
+period = every * steptime + ckptsec
+print("%-14s %8s %6s | %8s %6s %6s | %10s %10s %6s" % ("experiment", "measured", "phase", "twin", "phase", "", "loss meas.", "loss twin", "ratio"))
+for e in sys.argv[6:]:
+    m, s0 = goodput(f"{out}/rec-{e}.json")
+    if m is None:
+        continue
+    runs = []
+    for i in range(20):
+        warm = 600 + i * period / 20
+        tw = f"{out}/twin-{e}-{i}.json"
+        subprocess.run([bin_, "run", f"{out}/{e}.yaml", "--target", "twin", "--cluster", f"{out}/twin.yaml",
+                        "--warmup", f"{warm:.3f}s", "--record", tw], capture_output=True)
+        g, t0 = goodput(tw)
+        if g is not None and t0 is not None:
+            runs.append((g, t0 % every))
+    if not runs:
+        print(f"{e}: the twin gave no goodput")
+        continue
+    phase = s0 % every if s0 is not None else None
+    g, p = min(runs, key=lambda r: abs(r[1] - phase)) if phase is not None else (sum(r[0] for r in runs) / len(runs), -1)
+    lo, hi = min(r[0] for r in runs), max(r[0] for r in runs)
+    ratio = (1 - g) / (1 - m) if m < 1 else float("nan")
+    print("%-14s %8.3f %6s | %8.3f %6d %6s | %10.3f %10.3f %6.2f   (twin over the cycle: %.3f-%.3f)"
+          % (e, m, phase, g, p, "", 1 - m, 1 - g, ratio, lo, hi))
+PY

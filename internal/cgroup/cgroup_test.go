@@ -274,3 +274,44 @@ func TestConfineRealProcess(t *testing.T) {
 		}
 	}
 }
+
+// TestDelegating checks where a v2 group of ours goes: under the nearest
+// ancestor that enables the controller for its children, as on the GPU
+// machines, whose container group does not.
+func TestDelegating(t *testing.T) {
+	tests := []struct {
+		name    string
+		control map[string]string // group -> its cgroup.subtree_control
+		group   string
+		want    string // "" means an error
+	}{
+		{"parent delegates", map[string]string{"/": "cpu io", "/job": "cpu memory"}, "/job/rank", "/job"},
+		{"only the root delegates", map[string]string{"/": "cpu io", "/process_api": "memory"}, "/process_api/rank", "/"},
+		{"a group at the top", map[string]string{"/": "cpu"}, "/process_api", "/"},
+		{"nothing delegates", map[string]string{"/": "memory", "/job": ""}, "/job/rank", ""},
+		{"another controller's name is not enough", map[string]string{"/": "cpuset", "/job": "cpuset"}, "/job/rank", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			mount := t.TempDir()
+			for g, c := range tc.control {
+				if err := os.MkdirAll(filepath.Join(mount, g), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(mount, g, "cgroup.subtree_control"), []byte(c+"\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := delegating(Hierarchy{V2, mount, "cpu"}, tc.group)
+			if tc.want == "" {
+				if err == nil || !strings.Contains(err.Error(), "not enabled for the children of") {
+					t.Errorf("delegating = %q, %v; want an error naming the missing controller", got, err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Errorf("delegating = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}

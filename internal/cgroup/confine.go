@@ -82,15 +82,17 @@ func Plan(h Hierarchy, p procfind.Proc, name string, files []File) (*Confinement
 			c.Moves = append(c.Moves, Move{ID: tid, From: g})
 		}
 	case V2:
-		parent := path.Dir(home)
-		c.Dir = path.Join(parent, name)
-		b, err := os.ReadFile(filepath.Join(h.Mount, parent, "cgroup.subtree_control"))
+		// Our group goes under the nearest ancestor that hands the
+		// controller to its children: in a container the process's own
+		// parent often does not (its processes would break the
+		// no-internal-process rule if it did), while an ancestor does.
+		// Enabling a controller ourselves would change every sibling's
+		// group, so we never do.
+		parent, err := delegating(h, home)
 		if err != nil {
 			return nil, fmt.Errorf("plan %s group of pid %d: %w", h.Controller, p.PID, err)
 		}
-		if !slices.Contains(strings.Fields(string(b)), h.Controller) {
-			return nil, fmt.Errorf("plan %s group of pid %d: the %s controller is not enabled for the children of %s (its cgroup.subtree_control)", h.Controller, p.PID, h.Controller, parent)
-		}
+		c.Dir = path.Join(parent, name)
 		c.Moves = []Move{{ID: p.PID, From: home}}
 	default:
 		return nil, fmt.Errorf("plan: cgroup version %d", h.Version)
@@ -99,6 +101,24 @@ func Plan(h Hierarchy, p procfind.Proc, name string, files []File) (*Confinement
 		return nil, fmt.Errorf("plan %s group of pid %d: %w", h.Controller, p.PID, err)
 	}
 	return c, nil
+}
+
+// delegating returns the nearest proper ancestor of group whose
+// cgroup.subtree_control enables h's controller.
+func delegating(h Hierarchy, group string) (string, error) {
+	first := path.Dir(group)
+	for dir := first; ; dir = path.Dir(dir) {
+		b, err := os.ReadFile(filepath.Join(h.Mount, dir, "cgroup.subtree_control"))
+		if err != nil {
+			return "", err
+		}
+		if slices.Contains(strings.Fields(string(b)), h.Controller) {
+			return dir, nil
+		}
+		if dir == "/" {
+			return "", fmt.Errorf("the %s controller is not enabled for the children of %s nor of any group above it (cgroup.subtree_control)", h.Controller, first)
+		}
+	}
 }
 
 // Validate checks that a record could only have been written by Plan:

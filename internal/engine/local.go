@@ -152,7 +152,17 @@ func StartLocal(ctx context.Context, opts LocalOptions) (*LocalTarget, error) {
 	if opts.Exporter == "" {
 		opts.Exporter = DefaultExporter
 	}
-	store, err := scrape.New(scrape.Options{URL: opts.Exporter, More: opts.MoreExporters, Client: opts.Client})
+	if opts.ScrapeInterval == 0 {
+		opts.ScrapeInterval = time.Second
+	}
+	// A scrape never outlasts the interval (Prometheus' rule), so a
+	// stopped rank's page goes stale at once instead of holding up
+	// every observation behind it.
+	timeout := 5 * time.Second
+	if opts.ScrapeInterval > 0 {
+		timeout = min(timeout, opts.ScrapeInterval)
+	}
+	store, err := scrape.New(scrape.Options{URL: opts.Exporter, More: opts.MoreExporters, Client: opts.Client, Timeout: timeout})
 	if err != nil {
 		return nil, fmt.Errorf("start local target: %w", err)
 	}
@@ -175,9 +185,6 @@ func StartLocal(ctx context.Context, opts LocalOptions) (*LocalTarget, error) {
 		if t.coll, err = colltrace.Start(ctx, *opts.Collectives); err != nil {
 			return nil, errors.Join(fmt.Errorf("start local target: %w", err), t.watch.Stop())
 		}
-	}
-	if opts.ScrapeInterval == 0 {
-		opts.ScrapeInterval = time.Second
 	}
 	if opts.ScrapeInterval > 0 {
 		t.stopScrape = scrapeEvery(context.WithoutCancel(ctx), store, opts.ScrapeInterval)
@@ -376,10 +383,41 @@ func (t *LocalTarget) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, 
 		if err != nil {
 			return nil, fmt.Errorf("probe %s: %w", name, err)
 		}
+		if t.opts.ScrapeInterval > 0 {
+			// The background scrapes keep the history current; a probe
+			// that scraped too would wait behind them for a stopped
+			// rank's page at every observation.
+			if a, ok := p.(probe.Anchored); ok {
+				return anchoredStoreProbe{storeProbe{p, t.metrics}, a}, nil
+			}
+			return storeProbe{p, t.metrics}, nil
+		}
 		return scrape.Probe(p, t.metrics), nil
 	}
 	return nil, fmt.Errorf("probe %s: defines nothing: set detector, threshold, log, prometheus or workload", name)
 }
+
+// storeProbe evaluates a probe over the store's history as it stands,
+// under the store's lock.
+type storeProbe struct {
+	probe.Probe
+	s *scrape.Store
+}
+
+func (p storeProbe) Observe(ctx context.Context) (obs probe.Observation, err error) {
+	p.s.With(func() { obs, err = p.Probe.Observe(ctx) })
+	return obs, err
+}
+
+// anchoredStoreProbe is a storeProbe over an anchored probe, which the
+// engine must still see as anchored.
+type anchoredStoreProbe struct {
+	storeProbe
+	a probe.Anchored
+}
+
+func (p anchoredStoreProbe) SetAnchor(a probe.Anchor) { p.a.SetAnchor(a) }
+func (p anchoredStoreProbe) History() time.Duration   { return p.a.History() }
 
 // localLogProbe holds while a kernel log line matching re was read within
 // the log window.

@@ -36,6 +36,11 @@ type Options struct {
 	More []string
 	// Client fetches it; nil means a client with a 5 s timeout.
 	Client *http.Client
+	// Timeout bounds one scrape of every page, as Prometheus'
+	// scrape_timeout does: a page that has not answered by then (a
+	// stopped process accepts the connection and never replies) goes
+	// stale for that scrape. 0 means 5 s.
+	Timeout time.Duration
 	// Retention is how long samples are kept; 0 means DefaultRetention.
 	Retention time.Duration
 	// MinInterval is the least time between two fetches: a Scrape sooner
@@ -126,16 +131,27 @@ func (s *Store) Scrape(ctx context.Context) error {
 	s.last = now
 	s.mu.Unlock()
 
-	// Each page is fetched outside the lock; one that fails leaves its
-	// series stale and the others are still stored.
+	// The pages are fetched together, outside the lock, so one that
+	// hangs costs the scrape one timeout, not one per page; one that
+	// fails leaves its series stale and the others are still stored.
+	timeout := s.opts.Timeout
+	if timeout <= 0 {
+		timeout = 5 * time.Second
+	}
+	fctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	pages := make([]map[string]*dto.MetricFamily, len(s.urls))
+	fails := make([]error, len(s.urls))
+	var wg sync.WaitGroup
+	for i, u := range s.urls {
+		wg.Go(func() { pages[i], fails[i] = s.fetch(fctx, u) })
+	}
+	wg.Wait()
 	var errs []error
-	pages := make([]map[string]*dto.MetricFamily, 0, len(s.urls))
-	for _, u := range s.urls {
-		fams, err := s.fetch(ctx, u)
-		if err != nil {
-			errs = append(errs, err)
+	for _, e := range fails {
+		if e != nil {
+			errs = append(errs, e)
 		}
-		pages = append(pages, fams)
 	}
 	err := errors.Join(errs...)
 	s.mu.Lock()

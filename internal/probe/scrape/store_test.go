@@ -298,3 +298,47 @@ func TestSeveralPages(t *testing.T) {
 		t.Error("an empty extra url was accepted")
 	}
 }
+
+// TestHungPage: a page that accepts the connection and never answers (the
+// metrics thread of a SIGSTOPped rank) costs one scrape its timeout, goes
+// stale, and does not keep the other pages from being stored.
+func TestHungPage(t *testing.T) {
+	release := make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	defer hung.Close()
+	defer close(release)
+	ok := &exporter{page: "gpuchaos_job_step_total{job=\"j\"} 7\n", status: http.StatusOK}
+	okSrv := httptest.NewServer(ok)
+	defer okSrv.Close()
+	for _, order := range [][]string{{hung.URL, okSrv.URL}, {okSrv.URL, hung.URL}} {
+		s, err := New(Options{URL: order[0], More: order[1:], Timeout: 200 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		err = s.Scrape(context.Background())
+		took := time.Since(start)
+		if err == nil || !strings.Contains(err.Error(), hung.URL) {
+			t.Errorf("scrape error %v, want one naming the hung page", err)
+		}
+		if took > 2*time.Second {
+			t.Errorf("scrape took %s with a 200ms timeout", took)
+		}
+		var got []float64
+		s.With(func() {
+			for _, se := range s.Select("gpuchaos_job_step_total") {
+				for _, x := range se.Samples {
+					got = append(got, x.V)
+				}
+			}
+		})
+		if len(got) != 1 || got[0] != 7 {
+			t.Errorf("pages %v: stored %v, want the answering page's 7", order, got)
+		}
+	}
+}
