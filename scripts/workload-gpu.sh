@@ -17,7 +17,7 @@
 # touches a real disk. -k gloo -p /usr/bin/python3 runs the same on CPUs
 # (a smoke test without GPUs); MODEL overrides the model's flags,
 # CKPT_EVERY the checkpoint interval (500 steps), WINDOW the goodput
-# window (90s).
+# window (60s).
 set -euo pipefail
 
 bin=bin/gpuchaos
@@ -39,7 +39,7 @@ shift $((OPTIND - 1))
 exps=("$@")
 [ ${#exps[@]} -gt 0 ] || exps=(kill-rank hang-rank straggler corrupt-kill kill-writer fill-volume numa)
 every=${CKPT_EVERY:-500}
-window=${WINDOW:-90s}
+window=${WINDOW:-60s}
 
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 bin=$(realpath "$bin")
@@ -142,7 +142,7 @@ YAML
 	ran+=("$1")
 }
 
-base="baseline: 15s"
+base="baseline: 30s"
 goodput="    - {name: goodput, within: $window, probe: {workload: {check: goodput, min: 0.5, $base}}}"
 rateback="    - {name: rate-back, within: 60s, probe: {workload: {check: rate-recovered, tolerance: 0.05, for: 5s, $base}}}"
 for e in "${exps[@]}"; do

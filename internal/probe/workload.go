@@ -419,20 +419,26 @@ func jobRates(v jobView, from, to int64) []ratePoint {
 	return out
 }
 
-// baseline is the median of the job's rate over the window before t0.
+// baseline is the job's rate before injection: the steps its counter
+// gained over the baseline window, over the time between the two scrapes.
+// An average over the counter, not a median of the exported rates, so
+// that it counts the checkpoint stalls the windows it is compared with
+// also pay; a median would read a healthy job as slower than its normal.
 func (p *workloadProbe) baseline(v jobView, t0 int64) (float64, error) {
 	d := p.spec.Baseline.Duration
 	if d <= 0 {
 		d = defaultBaseline
 	}
-	pts := jobRates(v, t0-d.Milliseconds(), t0)
-	vs := make([]float64, len(pts))
-	for i, x := range pts {
-		vs[i] = x.v
+	// Strictly before injection: a scrape at that very instant may already
+	// show the fault.
+	s0, at0, ok0 := newestStep(v, t0-1)
+	sb, atb, okb := newestStep(v, t0-1-d.Milliseconds())
+	if !ok0 || !okb || at0 <= atb {
+		return 0, fmt.Errorf("no step counter %s before injection and at it to take a baseline from", d)
 	}
-	b := median(vs)
-	if len(vs) == 0 || b <= 0 {
-		return 0, fmt.Errorf("no step rate in the %s before injection to compare with (%d samples, median %g)", d, len(vs), b)
+	b := (s0 - sb) / (float64(at0-atb) / 1000)
+	if b <= 0 {
+		return 0, fmt.Errorf("the step counter did not grow in the %s before injection (%.0f → %.0f): no baseline to compare with", d, sb, s0)
 	}
 	return b, nil
 }
@@ -480,10 +486,12 @@ func (p *workloadProbe) slowdown(v jobView, a Anchor, now time.Time) (judgment, 
 }
 
 // rateRecovered judges, once the faults are recovered, when the rate came
-// back: from the last time before recovery it was under the bound, the
-// first time it has then stayed within tolerance of the baseline for the
-// hold time. Searching from the last dip, not the first, keeps a short
-// dip before the fault took hold from passing for a recovery.
+// back: from the last time before recovery the exported rate was under
+// the bound, the first time the counter's average over the hold time is
+// within tolerance of the baseline. Searching from the last dip, not the
+// first, keeps a short dip before the fault took hold from passing for a
+// recovery; averaging over the hold time, not asking every sample, keeps
+// a checkpoint stall inside it from hiding a recovery.
 func (p *workloadProbe) rateRecovered(v jobView, a Anchor, now time.Time) (judgment, error) {
 	if a.Recovered.IsZero() {
 		return judgment{}, notYet("the faults are not recovered yet")
@@ -498,9 +506,8 @@ func (p *workloadProbe) rateRecovered(v jobView, a Anchor, now time.Time) (judgm
 	if p.spec.For.Duration == 0 {
 		hold = defaultRecoveredHold.Milliseconds()
 	}
-	pts := jobRates(v, t0, now.UnixMilli())
 	lastDip := int64(-1)
-	for _, x := range pts {
+	for _, x := range jobRates(v, t0, now.UnixMilli()) {
 		if x.t <= tr && x.v < bound {
 			lastDip = x.t
 		}
@@ -509,29 +516,31 @@ func (p *workloadProbe) rateRecovered(v jobView, a Anchor, now time.Time) (judgm
 		return judgment{at: a.Recovered, value: 1,
 			detail: fmt.Sprintf("the rate never fell more than %.0f %% below the baseline %.3g steps/s", 100*p.tolerance(), b)}, nil
 	}
-	since := int64(-1)
-	for _, x := range pts {
-		if x.t <= lastDip {
-			continue
-		}
-		if x.v < bound {
-			since = -1
-			continue
-		}
-		if since < 0 {
-			since = x.t
-		}
-		if x.t-since >= hold {
-			return judgment{at: time.UnixMilli(x.t), value: x.v / b,
-				detail: fmt.Sprintf("back to %.0f %% of the baseline %.3g steps/s %.1fs after it last fell below %.0f %% (%.1fs after injection)",
-					100*x.v/b, b, float64(since-lastDip)/1000, 100*(1-p.tolerance()), time.UnixMilli(x.t).Sub(a.Injected).Seconds())}, nil
+	var ts []int64
+	for _, s := range v.step {
+		for _, x := range after(s.Samples, lastDip+hold-1) {
+			if x.T <= now.UnixMilli() && !twin.IsStale(x.V) {
+				ts = append(ts, x.T)
+			}
 		}
 	}
-	last := 0.0
-	if len(pts) > 0 {
-		last = pts[len(pts)-1].v
+	slices.Sort(ts)
+	last := math.NaN()
+	for _, t := range slices.Compact(ts) {
+		s1, at1, ok1 := newestStep(v, t)
+		s0, at0, ok0 := newestStep(v, t-hold)
+		if !ok0 || !ok1 || at0 < lastDip || at1 <= at0 {
+			continue
+		}
+		r := (s1 - s0) / (float64(at1-at0) / 1000)
+		last = r
+		if r >= bound {
+			return judgment{at: time.UnixMilli(t), value: r / b,
+				detail: fmt.Sprintf("back to %.0f %% of the baseline %.3g steps/s over %s, %.1fs after it last fell below %.0f %% (%.1fs after injection)",
+					100*r/b, b, time.Duration(hold)*time.Millisecond, float64(t-lastDip)/1000, 100*(1-p.tolerance()), time.UnixMilli(t).Sub(a.Injected).Seconds())}, nil
+		}
 	}
-	return judgment{}, notYet(fmt.Sprintf("the rate is not back within %.0f %% of the baseline %.3g steps/s for %s (last %.3g)",
+	return judgment{}, notYet(fmt.Sprintf("the rate is not back within %.0f %% of the baseline %.3g steps/s over %s (last %.3g)",
 		100*p.tolerance(), b, time.Duration(hold)*time.Millisecond, last))
 }
 
@@ -548,8 +557,8 @@ func (p *workloadProbe) goodput(v jobView, a Anchor, now time.Time) (judgment, e
 	if err != nil {
 		return judgment{}, err
 	}
-	s0, ok0 := newestStep(v, t0)
-	s1, ok1 := newestStep(v, end.UnixMilli())
+	s0, _, ok0 := newestStep(v, t0)
+	s1, _, ok1 := newestStep(v, end.UnixMilli())
 	if !ok0 || !ok1 {
 		return judgment{}, fmt.Errorf("no step reported at injection or at the window's end (%t, %t)", ok0, ok1)
 	}
@@ -562,9 +571,10 @@ func (p *workloadProbe) goodput(v jobView, a Anchor, now time.Time) (judgment, e
 		detail: fmt.Sprintf("goodput %.3f over %s (step %.0f → %.0f, baseline %.3g steps/s; at least %.3g wanted)", g, a.Within, s0, s1, b, lowest)}, nil
 }
 
-// newestStep is the step of the newest scrape at or before t: after a
-// restart that is the new lineage's, so work thrown away is not counted.
-func newestStep(v jobView, t int64) (float64, bool) {
+// newestStep is the step of the newest scrape at or before t, and that
+// scrape's time: after a restart that is the new lineage's, so work thrown
+// away is not counted.
+func newestStep(v jobView, t int64) (float64, int64, bool) {
 	var bestT int64 = -1
 	best := 0.0
 	for _, s := range v.step {
@@ -580,7 +590,7 @@ func newestStep(v jobView, t int64) (float64, bool) {
 			bestT, best = x.T, x.V
 		}
 	}
-	return best, bestT >= 0
+	return best, bestT, bestT >= 0
 }
 
 // lastBefore is the value of the newest non-stale sample before t.

@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"time"
 )
 
 // seriesStore holds every series, by key (metric plus sorted labels), by
@@ -219,17 +220,11 @@ func (t *Twin) doScrape() {
 		n.series.allocatable.append(ts, alloc)
 		n.series.ready.append(ts, 1)
 	}
-	interval := t.scrape.Seconds()
 	for _, j := range t.jobs {
 		st := t.status(j)
 		js := &j.series
 		js.step.append(ts, float64(j.step))
-		rate := 0.0
-		if t.now > 0 {
-			rate = float64(j.computed-j.scrapedComputed) / math.Min(interval, t.now.Seconds())
-		}
-		j.scrapedComputed = j.computed
-		js.rate.append(ts, rate)
+		js.rate.append(ts, j.stepRate(t.now, t.scrape))
 		js.up.append(ts, b2f(st.Running))
 		js.restarts.append(ts, float64(j.restarts))
 		js.ckptStep.append(ts, float64(st.LastCheckpointStep))
@@ -249,4 +244,31 @@ func (t *Twin) doScrape() {
 			}
 		}
 	}
+}
+
+// rateWindow is the least span the exported step rate is averaged over:
+// the reference workload's (train.py: steps in the last 5 s). A shorter
+// span would read every sync checkpoint as a dip that a real job's page
+// does not show.
+const rateWindow = 5 * time.Second
+
+// stepRate is the job's steps per second over the last max(rateWindow,
+// scrape) before now, from the computed steps kept at each scrape.
+func (j *job) stepRate(now, scrape time.Duration) float64 {
+	window := max(rateWindow, scrape)
+	j.rateHist = append(j.rateHist, rateMark{now, j.computed})
+	i := 0
+	for i < len(j.rateHist)-1 && j.rateHist[i+1].at <= now-window {
+		i++
+	}
+	j.rateHist = j.rateHist[i:]
+	first := j.rateHist[0]
+	if first.at == now {
+		// The first scrape: the rate since the twin started.
+		if now <= 0 {
+			return 0
+		}
+		return float64(j.computed) / now.Seconds()
+	}
+	return float64(j.computed-first.computed) / (now - first.at).Seconds()
 }

@@ -94,8 +94,15 @@ type job struct {
 	rankCompute []float64 // last step's compute per rank
 	baseline    float64   // healthy step time at creation
 
-	scrapedComputed int64
-	series          jobSeries
+	// rateHist are the computed steps at recent scrapes, for stepRate.
+	rateHist []rateMark
+	series   jobSeries
+}
+
+// rateMark is the computed steps at one scrape.
+type rateMark struct {
+	at       time.Duration
+	computed int64
 }
 
 // processAlive reports whether the job's processes hold their GPUs.
