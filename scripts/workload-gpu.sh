@@ -102,8 +102,10 @@ echo "baseline: ${rate} steps/s, step ${steptime}s, checkpoint every ${every} st
 
 # The twin of this job: one node of these GPUs, the job's step time (its
 # all-reduce is inside it, so the twin's own is made negligible), a sync
-# checkpoint of the measured size at the measured speed every interval,
-# and a restart as long as the measured startup.
+# checkpoint of the measured size at the measured speed every interval, a
+# restart as long as the measured startup plus a checkpoint load (taken
+# as long as a write), and the supervisor's grace (--grace, 5 s) before
+# ranks left waiting in a collective are killed.
 cat >"$out/twin.yaml" <<YAML
 name: $job-twin
 nodes: {count: 1, namePrefix: node-, gpusPerNode: $ranks, model: H200, numaSockets: 1}
@@ -118,7 +120,8 @@ jobs:
     checkpointInterval: $(awk "BEGIN{printf \"%.2fs\", $every * $steptime}")
     checkpointGB: $(awk "BEGIN{printf \"%.4f\", $ckptbytes / 1e9}")
     checkpointMode: sync
-    restartCost: ${startup}s
+    restartCost: $(awk "BEGIN{printf \"%.2fs\", $startup + $ckptsec}")
+    stopGrace: 5s
 YAML
 
 # experiment NAME DURATION FAULTS EXPECTATIONS: write and run one.

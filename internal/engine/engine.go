@@ -461,7 +461,12 @@ func (e *Engine) warmUp(ctx context.Context, rec *Record, exps []*expectation) e
 			need = max(need, a.History())
 		}
 	}
-	wait := h.HistorySince().Add(need).Sub(e.opts.Target.Now())
+	if need == 0 {
+		return nil
+	}
+	// A second more than asked: the first scrape lands just after the
+	// history begins, and the window must reach back past it.
+	wait := h.HistorySince().Add(need + time.Second).Sub(e.opts.Target.Now())
 	if wait <= 0 {
 		return nil
 	}

@@ -433,6 +433,13 @@ func (p *workloadProbe) baseline(v jobView, t0 int64) (float64, error) {
 	// show the fault.
 	s0, at0, ok0 := newestStep(v, t0-1)
 	sb, atb, okb := newestStep(v, t0-1-d.Milliseconds())
+	if !okb {
+		// A history that starts inside the window (a target that began
+		// recording just that long ago): its oldest scrape, if it spans
+		// most of the window.
+		sb, atb, okb = oldestStep(v, t0-1-d.Milliseconds())
+		okb = okb && at0-atb >= d.Milliseconds()/2
+	}
 	if !ok0 || !okb || at0 <= atb {
 		return 0, fmt.Errorf("no step counter %s before injection and at it to take a baseline from", d)
 	}
@@ -511,6 +518,13 @@ func (p *workloadProbe) rateRecovered(v jobView, a Anchor, now time.Time) (judgm
 		if x.t <= tr && x.v < bound {
 			lastDip = x.t
 		}
+	}
+	// A restart is a dip until the job trains again, whenever recovery
+	// came; the counter's window must not span it.
+	if r, err := findRestart(v, t0); err == nil {
+		lastDip = max(lastDip, r.resumed)
+	} else if !errors.Is(err, errNotYet) {
+		return judgment{}, err
 	}
 	if lastDip < 0 {
 		return judgment{at: a.Recovered, value: 1,
@@ -591,6 +605,23 @@ func newestStep(v jobView, t int64) (float64, int64, bool) {
 		}
 	}
 	return best, bestT, bestT >= 0
+}
+
+// oldestStep is the step of the oldest scrape after t, and its time.
+func oldestStep(v jobView, t int64) (float64, int64, bool) {
+	var bestT int64 = math.MaxInt64
+	best := 0.0
+	for _, s := range v.step {
+		for _, x := range after(s.Samples, t) {
+			if !twin.IsStale(x.V) {
+				if x.T < bestT {
+					bestT, best = x.T, x.V
+				}
+				break
+			}
+		}
+	}
+	return best, bestT, bestT != math.MaxInt64
 }
 
 // lastBefore is the value of the newest non-stale sample before t.

@@ -199,6 +199,11 @@ func TestWorkloadChecks(t *testing.T) {
 			// steps resume at 10s (the exported 5s rate 2 then, the last
 			// dip); the counter gains 10 a second over 10s..13s: back at 13s
 			holds: true, value: 1, at: 13 * time.Second, detail: "back to 100 % of the baseline 10 steps/s over 3s, 3.0s after it last fell"},
+		{name: "rate back after a restart that outlasts the fault", sim: simulate(40*time.Second, kill(5, 0)),
+			// recovered at 2s (nothing to undo for a kill), back at 5s,
+			// the first step at 6s: the counter's window starts there
+			check: v1alpha1.WorkloadProbe{Check: "rate-recovered", For: v1alpha1.Duration{Duration: 3 * time.Second}}, a: anchor(2*time.Second, time.Minute),
+			holds: true, value: 1, at: 9 * time.Second, detail: "back to 100 % of the baseline 10 steps/s over 3s"},
 		{name: "rate not judged before recovery", sim: simulate(40*time.Second, slow(10, 0)),
 			check: v1alpha1.WorkloadProbe{Check: "rate-recovered"}, a: anchor(-1, time.Minute), at: -1, detail: "not recovered yet"},
 		{name: "rate still low", sim: simulate(40*time.Second, slow(40, 0.5)),

@@ -386,7 +386,7 @@ func (t *Twin) fire(a *application, e catalog.Effect) {
 			switch e.Mode {
 			case "kill-writer":
 				if j.write != nil {
-					t.crash(j, "checkpoint writer killed")
+					t.crashRank(j, "checkpoint writer killed")
 				} else {
 					j.killShot++
 				}
@@ -415,7 +415,7 @@ func (t *Twin) fire(a *application, e catalog.Effect) {
 // crashOn crashes the job whose rank runs on g, if any.
 func (t *Twin) crashOn(g *gpu, reason string) {
 	if g.job != nil {
-		t.crash(g.job, reason)
+		t.crashRank(g.job, reason)
 	}
 }
 

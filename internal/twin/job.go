@@ -223,7 +223,7 @@ func (t *Twin) startStep(j *job) {
 		return
 	}
 	if t.oom(j) {
-		t.crash(j, "CUDA out of memory")
+		t.crashRank(j, "CUDA out of memory")
 		return
 	}
 	maxC := 0.0
@@ -362,8 +362,15 @@ func (t *Twin) enterHang(j *job, d time.Duration) {
 	t.schedule(d, evWatchdog, j.idx, j.gen, "")
 }
 
-// crash kills the job's processes; it restarts after the restart cost.
-func (t *Twin) crash(j *job, reason string) {
+// crash kills all of the job's processes at once; it restarts after the
+// restart cost.
+func (t *Twin) crash(j *job, reason string) { t.crashAfter(j, reason, 0) }
+
+// crashRank kills one rank of the job: the others are stopped after the
+// launcher's grace, then the job restarts after the restart cost.
+func (t *Twin) crashRank(j *job, reason string) { t.crashAfter(j, reason, j.spec.StopGrace) }
+
+func (t *Twin) crashAfter(j *job, reason string, grace time.Duration) {
 	switch j.state {
 	case jobRestarting, jobBlocked:
 		return // already down
@@ -380,7 +387,7 @@ func (t *Twin) crash(j *job, reason string) {
 	j.gen++
 	j.write = nil // a partial checkpoint is discarded
 	t.setIdle(j)
-	t.schedule(j.spec.RestartCost, evRestart, j.idx, j.gen, "")
+	t.schedule(grace+j.spec.RestartCost, evRestart, j.idx, j.gen, "")
 }
 
 // usable reports whether every rank of the job has a GPU and node to run on.

@@ -311,7 +311,7 @@ func (t *Twin) handle(ev event) {
 		if ev.kind == evWriteDone {
 			t.writeDone(j)
 		} else {
-			t.crash(j, "checkpoint writer killed")
+			t.crashRank(j, "checkpoint writer killed")
 		}
 	case evBackground:
 		t.backgroundFailure()

@@ -743,3 +743,40 @@ func TestInventory(t *testing.T) {
 		}
 	}
 }
+
+// TestStopGrace: when one rank dies, the others wait in a collective and
+// are killed only at the launcher's grace, which delays the restart; when
+// the whole job goes at once (a drained node) nothing waits.
+func TestStopGrace(t *testing.T) {
+	tests := []struct {
+		name  string
+		grace time.Duration
+		ref   func(*Twin) target.Ref
+		eff   catalog.Effect
+		down  time.Duration // restart cost 1m, plus the grace for one rank
+	}{
+		{"rank killed, no grace", 0, func(*Twin) target.Ref { return rankRef(3) }, catalog.Effect{Kind: catalog.EffectRank, Mode: "kill"}, time.Minute},
+		{"rank killed, 30s grace", 30 * time.Second, func(*Twin) target.Ref { return rankRef(3) }, catalog.Effect{Kind: catalog.EffectRank, Mode: "kill"}, 90 * time.Second},
+		{"node drained, 30s grace", 30 * time.Second, func(*Twin) target.Ref { return nodeRef("gpu-node-0") }, catalog.Effect{Kind: catalog.EffectNode, Mode: "pod-kill"}, time.Minute},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := oneNode()
+			spec.Nodes.NamePrefix = "gpu-node-"
+			spec.Jobs[0].RestartCost = time.Minute
+			spec.Jobs[0].StopGrace = tc.grace
+			tw := newTwin(t, Options{Spec: spec})
+			sleep(t, tw, time.Minute)
+			apply(t, tw, "k", tc.ref(tw), tc.eff)
+			revert(t, tw, "k")
+			sleep(t, tw, tc.down-time.Second)
+			if st := status(t, tw); st.Restarts != 0 {
+				t.Fatalf("restarted %s after the crash, want %s", tc.down-time.Second, tc.down)
+			}
+			sleep(t, tw, 2*time.Second)
+			if st := status(t, tw); st.Restarts != 1 || st.State != "running" {
+				t.Errorf("state %s after %d restarts %s after the crash, want running after 1", st.State, st.Restarts, tc.down+time.Second)
+			}
+		})
+	}
+}

@@ -147,6 +147,10 @@ class Metrics:
         self.ckpts = 0
         self.resumed = 0
         self.ckpt_interval = 0
+        # Until the process knows the step it resumes from, its progress
+        # series are left off the page: a step of 0 there would read as
+        # every step lost, and as a burst of steps once it resumes.
+        self.known = False
         self.window = deque()
 
     def observe_step(self, step, seconds, now):
@@ -199,6 +203,8 @@ class Metrics:
                 ("gpuchaos_job_checkpoint_interval_steps", "gauge", "Steps between checkpoints; 0 without checkpoints.", job, self.ckpt_interval),
                 ("gpuchaos_rank_step_seconds", "gauge", "Wall time of the rank's last step.", rank, self.step_seconds),
             ]
+        if not self.known:
+            rows = [r for r in rows if r[0] in ("gpuchaos_job_up", "gpuchaos_job_checkpoint_interval_steps")]
         if self.rank != 0:
             # Only rank 0 writes checkpoints; the others would export a
             # frozen copy of these series.
@@ -554,7 +560,7 @@ def main(argv=None):
             model.load_state_dict(state["model"])
             opt.load_state_dict(state["optim"])
             metrics.set(ckpt_step=start)
-    metrics.set(resumed=start, step=start)
+    metrics.set(resumed=start, step=start, known=True)
     log("start", resumed_from_step=start, world_size=world, backend=backend,
         restart=int(os.environ.get("GPUCHAOS_RESTART", "0")))
 
