@@ -104,8 +104,9 @@ echo "baseline: ${rate} steps/s, step ${steptime}s, checkpoint every ${every} st
 # all-reduce is inside it, so the twin's own is made negligible), a sync
 # checkpoint of the measured size at the measured speed every interval, a
 # restart as long as the measured startup plus a checkpoint load (taken
-# as long as a write), and the supervisor's grace (--grace, 5 s) before
-# ranks left waiting in a collective are killed.
+# as long as a write), and, with NCCL, the supervisor's grace (--grace,
+# 5 s) before ranks left waiting in a collective are killed (gloo ranks
+# fail at once when a peer's connection drops).
 cat >"$out/twin.yaml" <<YAML
 name: $job-twin
 nodes: {count: 1, namePrefix: node-, gpusPerNode: $ranks, model: H200, numaSockets: 1}
@@ -121,7 +122,7 @@ jobs:
     checkpointGB: $(awk "BEGIN{printf \"%.4f\", $ckptbytes / 1e9}")
     checkpointMode: sync
     restartCost: $(awk "BEGIN{printf \"%.2fs\", $startup + $ckptsec}")
-    stopGrace: 5s
+    stopGrace: $([ "$backend" = nccl ] && echo 5s || echo 0s)
 YAML
 
 # experiment NAME DURATION FAULTS EXPECTATIONS: write and run one.
