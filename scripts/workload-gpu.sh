@@ -194,48 +194,11 @@ echo "checkpoints rejected on resume: $(grep -c 'checkpoint_rejected' "$out/rank
 echo "== twin spec"
 cat "$out/twin.yaml"
 
-# The same experiment files on the twin of this job. A kill loses the work
-# since the last checkpoint, so its cost depends on when in the checkpoint
-# cycle it lands: the twin runs the experiment at 20 moments spread over
-# one cycle, and is compared with the job at the moment closest to the
-# job's own (the steps past its last checkpoint at injection).
+# The same experiments on the twin of this job (scripts/workload-twin.py
+# says how the moment of injection is matched).
 echo "== goodput over $window: measured on the job vs predicted by its twin"
-python3 - "$bin" "$out" "$every" "$steptime" "$ckptsec" "${ran[@]}" <<'PY'
-import json, re, subprocess, sys
-bin_, out, every, steptime, ckptsec = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])
-def goodput(path):
-    """The goodput verdict's value and the step at injection, from a record."""
-    try:
-        rec = json.load(open(path))
-    except Exception:
-        return None, None
-    for v in rec.get("verdicts") or []:
-        if v["name"] == "goodput" and v.get("value") is not None:
-            m = re.search(r"step (\d+) ", v.get("detail", ""))
-            return v["value"], int(m.group(1)) if m else None
-    return None, None
-period = every * steptime + ckptsec
-print("%-14s %8s %6s | %8s %6s %6s | %10s %10s %6s" % ("experiment", "measured", "phase", "twin", "phase", "", "loss meas.", "loss twin", "ratio"))
-for e in sys.argv[6:]:
-    m, s0 = goodput(f"{out}/rec-{e}.json")
-    if m is None:
-        continue
-    runs = []
-    for i in range(20):
-        warm = 600 + i * period / 20
-        tw = f"{out}/twin-{e}-{i}.json"
-        subprocess.run([bin_, "run", f"{out}/{e}.yaml", "--target", "twin", "--cluster", f"{out}/twin.yaml",
-                        "--warmup", f"{warm:.3f}s", "--record", tw], capture_output=True)
-        g, t0 = goodput(tw)
-        if g is not None and t0 is not None:
-            runs.append((g, t0 % every))
-    if not runs:
-        print(f"{e}: the twin gave no goodput")
-        continue
-    phase = s0 % every if s0 is not None else None
-    g, p = min(runs, key=lambda r: abs(r[1] - phase)) if phase is not None else (sum(r[0] for r in runs) / len(runs), -1)
-    lo, hi = min(r[0] for r in runs), max(r[0] for r in runs)
-    ratio = (1 - g) / (1 - m) if m < 1 else float("nan")
-    print("%-14s %8.3f %6s | %8.3f %6d %6s | %10.3f %10.3f %6.2f   (twin over the cycle: %.3f-%.3f)"
-          % (e, m, phase, g, p, "", 1 - m, 1 - g, ratio, lo, hi))
-PY
+recs=()
+for e in "${ran[@]}"; do
+	grep -q 'check: goodput' "$out/$e.yaml" && recs+=("$out/rec-$e.json")
+done
+[ ${#recs[@]} -eq 0 ] || python3 "$(dirname "$0")/workload-twin.py" "$bin" "$out/twin.yaml" "$every" "$steptime" "$ckptsec" "${recs[@]}"
