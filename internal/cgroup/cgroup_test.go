@@ -1,6 +1,8 @@
 package cgroup
 
 import (
+	mi "github.com/gpuchaos/gpuchaos/internal/mountinfo"
+
 	"errors"
 	"fmt"
 	"os"
@@ -32,10 +34,10 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// mountinfo was captured on the development machine (cat
+// hybridMountinfo was captured on the development machine (cat
 // /proc/self/mountinfo), trimmed to the cgroup lines and one with an
 // escaped space.
-const mountinfo = `1265 1264 0:97 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,mode=755
+const hybridMountinfo = `1265 1264 0:97 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,mode=755
 1266 1265 0:31 / /sys/fs/cgroup/cpu rw,relatime shared:9 - cgroup cgroup rw,cpu
 1267 1265 0:32 / /sys/fs/cgroup/cpuacct rw,relatime - cgroup cgroup rw,cpuacct
 1272 1265 0:37 / /sys/fs/cgroup/blkio rw,relatime - cgroup cgroup rw,blkio
@@ -43,40 +45,43 @@ const mountinfo = `1265 1264 0:97 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relati
 1280 1 254:0 /data /mnt/my\040disk rw,relatime - ext4 /dev/vda rw
 `
 
-func TestParseMountinfo(t *testing.T) {
+// TestMountinfoOfCgroups checks what Find reads of a hybrid machine's
+// mount table: each v1 hierarchy's controllers in its superblock options,
+// and roots other than "/".
+func TestMountinfoOfCgroups(t *testing.T) {
 	t.Parallel()
-	ms, err := ParseMountinfo([]byte(mountinfo))
+	ms, err := parseMounts(hybridMountinfo)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(ms) != 6 {
 		t.Fatalf("%d mounts, want 6", len(ms))
 	}
-	if m := ms[1]; m.Point != "/sys/fs/cgroup/cpu" || m.FSType != "cgroup" || !slices.Contains(m.SuperOptions, "cpu") {
+	if m := ms[1]; m.Point != "/sys/fs/cgroup/cpu" || m.FSType != "cgroup" || !slices.Contains(m.SuperOptions(), "cpu") {
 		t.Errorf("cpu mount = %+v", m)
 	}
 	if m := ms[5]; m.Point != "/mnt/my disk" || m.Root != "/data" {
 		t.Errorf("escaped mount = %+v", m)
 	}
 	for _, bad := range []string{"1 2 3 4 5 6 ext4 x y", `1 2 0:1 / /a\04 rw - ext4 x rw`, "1 2 0:1 / /a rw -"} {
-		if _, err := ParseMountinfo([]byte(bad)); err == nil {
-			t.Errorf("ParseMountinfo(%q) accepted", bad)
+		if _, err := parseMounts(bad); err == nil {
+			t.Errorf("parse %q accepted", bad)
 		}
 	}
 }
 
 func TestChoose(t *testing.T) {
 	t.Parallel()
-	ms, err := ParseMountinfo([]byte(mountinfo))
+	ms, err := parseMounts(hybridMountinfo)
 	if err != nil {
 		t.Fatal(err)
 	}
 	hybrid := func(string) ([]byte, error) { return []byte("hugetlb\n"), nil }
 	pureV2 := func(string) ([]byte, error) { return []byte("cpuset cpu io memory pids\n"), nil }
-	v2only := []Mount{{Root: "/", Point: "/sys/fs/cgroup", FSType: "cgroup2"}}
+	v2only := []mi.Mount{{Root: "/", Point: "/sys/fs/cgroup", FSType: "cgroup2"}}
 	tests := []struct {
 		name       string
-		mounts     []Mount
+		mounts     []mi.Mount
 		ctrl       func(string) ([]byte, error)
 		controller string
 		want       Hierarchy
@@ -138,21 +143,7 @@ func TestParseProcCgroup(t *testing.T) {
 	}
 }
 
-func FuzzParseMountinfo(f *testing.F) {
-	f.Add([]byte(mountinfo))
-	f.Add([]byte(`1 2 0:1 / /a\040b rw - ext4 x rw`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		ms, err := ParseMountinfo(b)
-		if err != nil {
-			return
-		}
-		for _, m := range ms {
-			if m.FSType == "" || m.FSType == "-" && len(m.SuperOptions) == 0 {
-				t.Fatalf("mount %+v from %q", m, b)
-			}
-		}
-	})
-}
+func parseMounts(s string) ([]mi.Mount, error) { return mi.Parse(strings.NewReader(s)) }
 
 func FuzzParseProcCgroup(f *testing.F) {
 	f.Add([]byte("1:cpu,cpuacct:/a/b\n0::/\n"))

@@ -9,68 +9,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
 )
-
-// Mount is one line of /proc/PID/mountinfo.
-type Mount struct {
-	// Root is the directory of the filesystem mounted at Point.
-	Root, Point string
-	FSType      string
-	// SuperOptions are the per-superblock options, where a v1 cgroup
-	// mount lists its controllers.
-	SuperOptions []string
-}
-
-// ParseMountinfo parses /proc/PID/mountinfo. Each line reads
-// "ID PARENT MAJ:MIN ROOT POINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPEROPTIONS";
-// paths carry spaces and other odd bytes as octal escapes (\040).
-func ParseMountinfo(b []byte) ([]Mount, error) {
-	var out []Mount
-	for n, line := range strings.Split(string(b), "\n") {
-		if strings.TrimSpace(line) == "" {
-			continue
-		}
-		f := strings.Fields(line)
-		sep := slices.Index(f, "-")
-		if sep < 6 || len(f) < sep+4 {
-			return nil, fmt.Errorf("mountinfo line %d: want 6 fields, '-', then 3 more", n+1)
-		}
-		root, err := unescape(f[3])
-		if err != nil {
-			return nil, fmt.Errorf("mountinfo line %d: root: %w", n+1, err)
-		}
-		point, err := unescape(f[4])
-		if err != nil {
-			return nil, fmt.Errorf("mountinfo line %d: mount point: %w", n+1, err)
-		}
-		out = append(out, Mount{Root: root, Point: point, FSType: f[sep+1], SuperOptions: strings.Split(f[sep+3], ",")})
-	}
-	return out, nil
-}
-
-// unescape undoes the kernel's octal escapes of a mountinfo path.
-func unescape(s string) (string, error) {
-	if !strings.Contains(s, `\`) {
-		return s, nil
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] != '\\' {
-			b.WriteByte(s[i])
-			continue
-		}
-		if i+4 > len(s) {
-			return "", fmt.Errorf("escape at byte %d cut short", i)
-		}
-		v, err := strconv.ParseUint(s[i+1:i+4], 8, 8)
-		if err != nil {
-			return "", fmt.Errorf("bad escape %q", s[i:i+4])
-		}
-		b.WriteByte(byte(v))
-		i += 3
-	}
-	return b.String(), nil
-}
 
 // Version is a cgroup hierarchy's version.
 type Version int
@@ -99,7 +40,7 @@ func Find(controller string) (Hierarchy, error) {
 	if err != nil {
 		return Hierarchy{}, fmt.Errorf("find the %s cgroup: %w", controller, err)
 	}
-	mounts, err := ParseMountinfo(b)
+	mounts, err := mountinfo.Parse(bytes.NewReader(b))
 	if err != nil {
 		return Hierarchy{}, fmt.Errorf("find the %s cgroup: %w", controller, err)
 	}
@@ -118,7 +59,7 @@ func v2Name(controller string) string {
 
 // choose picks the hierarchy from the mounts; controllersOf reads a v2
 // mount's cgroup.controllers.
-func choose(mounts []Mount, controller string, controllersOf func(string) ([]byte, error)) (Hierarchy, error) {
+func choose(mounts []mountinfo.Mount, controller string, controllersOf func(string) ([]byte, error)) (Hierarchy, error) {
 	for _, m := range mounts {
 		if m.FSType != "cgroup2" || m.Root != "/" {
 			continue
@@ -136,7 +77,7 @@ func choose(mounts []Mount, controller string, controllersOf func(string) ([]byt
 		v1 = "blkio"
 	}
 	for _, m := range mounts {
-		if m.FSType == "cgroup" && m.Root == "/" && slices.Contains(m.SuperOptions, v1) {
+		if m.FSType == "cgroup" && m.Root == "/" && slices.Contains(m.SuperOptions(), v1) {
 			return Hierarchy{Version: V1, Mount: m.Point, Controller: v1}, nil
 		}
 	}

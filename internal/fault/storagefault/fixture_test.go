@@ -20,6 +20,7 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
+	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
 	nf "github.com/gpuchaos/gpuchaos/internal/netfault"
 	nt "github.com/gpuchaos/gpuchaos/internal/netfault/netnstest"
 )
@@ -359,11 +360,11 @@ func isMounted(mnt string) bool {
 		return false
 	}
 	defer f.Close()
-	mounts, err := storagefault.ParseMountinfo(f)
+	mounts, err := mountinfo.Parse(f)
 	if err != nil {
 		return false
 	}
-	m, ok := storagefault.Containing(mounts, mnt)
+	m, ok := mountinfo.Containing(mounts, mnt)
 	return ok && m.Point == mnt && m.FSType == "fuse.sshfs"
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
 	nf "github.com/gpuchaos/gpuchaos/internal/netfault"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
 	"github.com/gpuchaos/gpuchaos/internal/target"
@@ -264,11 +265,11 @@ func (in *Injector) serverOf(path string) (string, error) {
 		return "", fmt.Errorf("read the mount table: %w", err)
 	}
 	defer f.Close()
-	mounts, err := ParseMountinfo(f)
+	mounts, err := mountinfo.Parse(f)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", in.opts.Mountinfo, err)
 	}
-	m, ok := Containing(mounts, path)
+	m, ok := mountinfo.Containing(mounts, path)
 	if !ok {
 		return "", fmt.Errorf("no mount holds %s in %s", path, in.opts.Mountinfo)
 	}

@@ -1,6 +1,7 @@
 package storagefault_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
+	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
 	nt "github.com/gpuchaos/gpuchaos/internal/netfault/netnstest"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 )
@@ -90,7 +92,14 @@ func TestNewRefuses(t *testing.T) {
 // no root.
 func TestInjectRefusesLocalAndBadServers(t *testing.T) {
 	f, m := partitionFault(t)
-	mounts := readTestdata(t)
+	data, err := os.ReadFile("../../mountinfo/testdata/mountinfo-firecracker.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts, err := mountinfo.Parse(bytes.NewReader(data))
+	if err != nil {
+		t.Fatal(err)
+	}
 	byType := map[string]string{}
 	for _, x := range mounts {
 		if _, ok := byType[x.FSType]; !ok {
@@ -98,10 +107,6 @@ func TestInjectRefusesLocalAndBadServers(t *testing.T) {
 		}
 	}
 	mi := filepath.Join(t.TempDir(), "mountinfo")
-	data, err := os.ReadFile("testdata/mountinfo-firecracker.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := os.WriteFile(mi, append(data, []byte(nfs6Line+"\n"+"317 26 0:57 / /mnt/bad rw - nfs storage-7 rw\n")...), 0o600); err != nil {
 		t.Fatal(err)
 	}
