@@ -46,7 +46,7 @@ selector against the target and check the blast radius, then: check the
 steady state, inject every fault, watch the probes until each expectation is
 met or the fault window closes, recover (always, also on error or Ctrl-C),
 and print a verdict per expectation: pass, late, missed or error, with the
-time to detect.
+time to detect; failed for a workload check measured outside its bound.
 
 Targets: twin (default) runs on the embedded twin's virtual clock, minutes in
 milliseconds. live runs the twin in real time, serves its metrics on --listen
@@ -56,12 +56,15 @@ the observability loop against a real server. local runs on this node, on
 the wall clock: faults go through the node's mechanisms (kernel-log writes
 the driver's XID line to /dev/kmsg; needs root) and probes read the real
 kernel log (the kmsg-xid detector, log probes), the exporter page at
---exporter (threshold probes and the built-in dcgm-* detectors, scraped at
-each observation; start 'gpuchaos agent' for it), NCCL collectives traced
-with uprobes (the collective-trace detector, with --trace-pid or
---trace-lib), or ask --prometheus (prometheus probes). Exhaustion faults
-run as child processes of gpuchaos (burn, exhaust). local needs the NVIDIA
-driver (NVML) to list the GPUs.
+--exporter (threshold probes, the built-in dcgm-* detectors and workload
+checks, scraped every --scrape-interval; start 'gpuchaos agent' for it),
+NCCL collectives traced with uprobes (the collective-trace detector, with
+--trace-pid or --trace-lib), or ask --prometheus (prometheus probes).
+Exhaustion faults run as child processes of gpuchaos (burn, exhaust). local
+lists the GPUs with NVML; without it only job, rank and checkpoint faults of
+the jobs named with --job (found by their ranks' GPUCHAOS_JOB) can be
+selected. Workload checks wait, before injecting, until the pages have been
+scraped for their baseline.
 
 On local, every injection is journalled to --ledger before it acts. A run
 that was killed before it could recover (SIGKILL, power loss) leaves its
@@ -377,7 +380,11 @@ func printVerdicts(w interface{ Write([]byte) (int, error) }, rec *engine.Record
 	if rec.Aborted != "" {
 		fmt.Fprintf(w, "Aborted early: %s\n", rec.Aborted)
 	}
-	if rec.TTRSeconds != nil {
+	fired := false
+	for _, v := range rec.Verdicts {
+		fired = fired || v.ClearedSeconds != nil
+	}
+	if rec.TTRSeconds != nil && fired {
 		fmt.Fprintf(w, "Every detector cleared %.0fs after recovery.\n", *rec.TTRSeconds)
 	}
 }

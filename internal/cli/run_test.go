@@ -76,6 +76,52 @@ func TestRunExample(t *testing.T) {
 	}
 }
 
+// TestRunWorkloadChecks runs the workload example on the twin: the checks
+// are judged after recovery, their measurements printed, and a goodput
+// under its bound fails the run.
+func TestRunWorkloadChecks(t *testing.T) {
+	t.Parallel()
+	rec := filepath.Join(t.TempDir(), "run.json")
+	code, out, errs := runCLI(t, "", "run", "../../examples/kill-rank-goodput.yaml", "--record", rec)
+	if code != 1 || !strings.Contains(errs, "not every expectation passed") {
+		t.Fatalf("exit %d (%s), want 1: the example's goodput bound is not met\n%s", code, errs, out)
+	}
+	for _, want := range []string{
+		"resumed-from-newest  PASS", "lost-work            PASS", "rate-back            PASS", "goodput-30m          FAILED",
+		"resumed-from-newest: llm-pretrain: resumed from step", "its newest checkpoint",
+		"goodput-30m: llm-pretrain: goodput 0.",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "Every detector cleared") {
+		t.Errorf("a clearing line for a run with no detector:\n%s", out)
+	}
+	b, err := os.ReadFile(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r struct {
+		Verdicts []struct {
+			Name    string   `json:"name"`
+			Verdict string   `json:"verdict"`
+			Value   *float64 `json:"value"`
+		} `json:"verdicts"`
+	}
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range r.Verdicts {
+		if v.Value == nil {
+			t.Errorf("%s: no measured value in the record", v.Name)
+		}
+		if v.Name == "goodput-30m" && (v.Verdict != "failed" || *v.Value <= 0 || *v.Value >= 0.8) {
+			t.Errorf("goodput verdict %s %v, want failed under 0.8", v.Verdict, *v.Value)
+		}
+	}
+}
+
 // TestRunMissedExitsOne: a run whose expectation is missed is a failed run,
 // not bad input.
 func TestRunMissedExitsOne(t *testing.T) {
