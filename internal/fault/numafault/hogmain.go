@@ -139,8 +139,21 @@ func holdMemory(ctx context.Context, node int, size uint64) (func(), error) {
 		}
 		mem[off] = 1
 	}
+	// The kernel's word, not the request's: a hog whose memory is not
+	// where the fault says fails rather than reports ready.
+	p, err := placementOf(mem, hogSamples)
+	if err == nil {
+		err = p.checkBound(node)
+	}
+	if err != nil {
+		release()
+		return nil, err
+	}
 	return release, nil
 }
+
+// hogSamples is how many of the hog's pages it asks the kernel about.
+const hogSamples = 64
 
 // holdCPUs starts threads busy threads pinned to cpus in turn. The other
 // threads of the process are first confined to cpus too, so the hog as a

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -678,6 +680,54 @@ func TestFindRank(t *testing.T) {
 			}
 			if err != nil || got != c.want() {
 				t.Fatalf("findRank = %d, %v, want %d", got, err, c.want())
+			}
+		})
+	}
+}
+
+// TestPlacementOf reads a mapping's placement back with get_mempolicy, as
+// the memory hog does before it reports ready: bound to node 0 (the only
+// node on one-node machines) every sampled page is there; without a bind
+// the policy is the default one and checkBound refuses it.
+func TestPlacementOf(t *testing.T) {
+	size := 64 * os.Getpagesize()
+	for _, bind := range []bool{true, false} {
+		t.Run(fmt.Sprintf("bind=%t", bind), func(t *testing.T) {
+			mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Munmap(mem)
+			if bind {
+				mask, err := maskOf([]int{0})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, _, e := unix.Syscall6(unix.SYS_MBIND, uintptr(unsafe.Pointer(&mem[0])), uintptr(size), mpolBind,
+					uintptr(unsafe.Pointer(&mask[0])), nodeMaskWords*64+1, mpolMFStrict); e != 0 {
+					t.Fatal(e)
+				}
+			}
+			for off := 0; off < size; off += os.Getpagesize() {
+				mem[off] = 1
+			}
+			p, err := placementOf(mem, 16)
+			if err != nil {
+				t.Fatal(err)
+			}
+			total := 0
+			for _, c := range p.PageNodes {
+				total += c
+			}
+			if total != 16 || p.PageNodes[0] != 16 {
+				t.Errorf("sampled pages per node %v, want 16 on node 0 (this machine's only node)", p.PageNodes)
+			}
+			err = p.checkBound(0)
+			if bind && (err != nil || p.Mode != mpolBind || len(p.Nodes) != 1 || p.Nodes[0] != 0) {
+				t.Errorf("bound mapping: mode %d nodes %v, check %v; want a bind to node 0", p.Mode, p.Nodes, err)
+			}
+			if !bind && (err == nil || p.Mode != 0) {
+				t.Errorf("unbound mapping: mode %d, check %v; want the default policy (0), refused", p.Mode, err)
 			}
 		})
 	}
