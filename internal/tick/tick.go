@@ -24,21 +24,32 @@ func Run(ctx context.Context, interval time.Duration, fn func(now time.Time) err
 	}
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
-	prev := time.Now()
+	prev := grid(time.Now(), interval)
 	for {
 		if err := fn(prev); err != nil {
 			return err
 		}
+		// The ticks that fell due while fn ran, beyond the one the
+		// ticker still delivers, are dropped: counted from the clock, not
+		// from the delivered tick's time, which a late receive can carry
+		// stale (the channel holds the first tick that fell due).
+		if k := int64(time.Since(prev) / interval); k > 1 && missed != nil {
+			missed(uint64(k - 1))
+		}
 		select {
 		case <-ctx.Done():
 			return nil
-		case now := <-ticker.C:
-			if n := int64(now.Sub(prev)/interval) - 1; n > 0 && missed != nil {
-				missed(uint64(n))
-			}
-			prev = now
+		case <-ticker.C:
+			prev = grid(time.Now(), interval)
 		}
 	}
+}
+
+// grid is t rounded down to a multiple of interval since the Unix epoch,
+// the tick t belongs to.
+func grid(t time.Time, interval time.Duration) time.Time {
+	n := t.UnixNano()
+	return time.Unix(0, n-n%int64(interval))
 }
 
 // Sleep waits for d, or until ctx ends, and returns ctx.Err() when ctx
