@@ -250,10 +250,12 @@ func TestInjectFailures(t *testing.T) {
 		{name: "second child fails, first is stopped", fault: "exhaustion.noisy-neighbour", values: catalog.Values{"share": 0.5, "memory": 0.5},
 			mode: "vram=fail", wantErr: []string{"exited before it was ready", "fake vram: no CUDA driver"}, children: 2},
 		{name: "never ready", fault: "exhaustion.vram", values: catalog.Values{"fraction": 0.5}, mode: "hang",
-			wantErr: []string{"not ready after 300ms"}, children: 1, ready: 300 * time.Millisecond},
+			// Long enough for the fake to have started and recorded itself
+			// on a loaded machine (300 ms was not, under a parallel CI).
+			wantErr: []string{"not ready after 2s"}, children: 1, ready: 2 * time.Second},
 		{name: "cancelled while waiting", fault: "exhaustion.pcie", values: catalog.Values{"rate": int64(1e9)}, mode: "hang",
 			ctx: func(t *testing.T) context.Context {
-				ctx, cancel := context.WithTimeout(shortHold(), 200*time.Millisecond)
+				ctx, cancel := context.WithTimeout(shortHold(), 2*time.Second)
 				t.Cleanup(cancel)
 				return ctx
 			}, wantIs: context.DeadlineExceeded, children: 1},
