@@ -107,7 +107,9 @@ func workloadFaults() []*Fault {
 				{
 					Name: "duty-cycle", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: []Layer{LayerWorkload},
 					Description: "Alternates SIGSTOP and SIGCONT on the rank so that it runs 1/slowdown of each 100 ms period, and leaves " +
-						"it running on recovery.",
+						"it running on recovery. A CPU-bound rank slows by the factor; what the rank waits for goes on while it is " +
+						"stopped (GPU kernels already queued, a sleep, I/O), so a rank that waits much of its step slows less " +
+						"(measured in CI: a rank that sleeps 40 ms of each ~120 ms step ran at 0.63-0.69 of its rate at slowdown 2).",
 				},
 			},
 			Signature: Signature{

@@ -94,6 +94,7 @@ digital twin of two 8-GPU H200 nodes, no GPU or cluster needed.`,
 		newTraceCmd(),
 		newExecCmd(),
 		newNUMAHogCmd(),
+		newPaceCmd(),
 		newWorkloadCmd(),
 	)
 	return root

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/fault/procfault"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/netfault"
 	"github.com/gpuchaos/gpuchaos/internal/netfault/netnstest"
@@ -17,6 +19,11 @@ import (
 func TestMain(m *testing.M) {
 	if os.Getenv(netnstest.SleeperEnv) != "" {
 		netnstest.Sleep() // a process for a test's network namespace
+	}
+	// The local target starts the duty-cycle pacer as `<this binary>
+	// pace …`, as gpuchaos would run its hidden command.
+	if len(os.Args) > 1 && os.Args[1] == procfault.PaceCommand {
+		os.Exit(procfault.RunPace(context.Background(), os.Args[2:], os.Stderr))
 	}
 	os.Exit(m.Run())
 }

@@ -32,9 +32,9 @@ type Env struct {
 	// mid-fault is recovered from it by the next. Empty refuses those
 	// mechanisms.
 	StateDir string
-	// Exec is the gpuchaos binary the exhaustion and NUMA mechanisms run
-	// as child processes (burn, exhaust, numa-hog); empty means this
-	// process's own.
+	// Exec is the gpuchaos binary the exhaustion, NUMA and duty-cycle
+	// mechanisms run as child processes (burn, exhaust, numa-hog, pace);
+	// empty means this process's own.
 	Exec string
 	// GPUNode returns the NUMA node of a GPU (-1 when unknown), for the
 	// NUMA mechanisms; nil means unknown for every GPU.
@@ -69,13 +69,13 @@ func Injector(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, 
 			return nil, fmt.Errorf("mechanism %s of %s needs a state directory on a local node", m.Name, f.ID)
 		}
 		return numafault.New(f, m, numafault.Options{StateDir: filepath.Join(env.StateDir, "numa"), GPUNode: env.GPUNode, Exec: env.Exec})
-	case "signal", "cgroup-cpu":
+	case "signal", "cgroup-cpu", "duty-cycle":
 		if env.StateDir == "" {
 			return nil, fmt.Errorf("mechanism %s of %s needs a state directory on a local node", m.Name, f.ID)
 		}
 		switch f.ID {
 		case "workload.kill-rank", "workload.hang-rank", "workload.straggler":
-			return procfault.New(f, m, procfault.Options{StateDir: filepath.Join(env.StateDir, "rank")})
+			return procfault.New(f, m, procfault.Options{StateDir: filepath.Join(env.StateDir, "rank"), Exec: env.Exec})
 		case "checkpoint.kill-writer":
 			return ckptfault.New(f, m, ckptfault.Options{StateDir: filepath.Join(env.StateDir, "ckpt")})
 		}

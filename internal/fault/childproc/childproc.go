@@ -1,9 +1,11 @@
 package childproc
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime"
@@ -30,6 +32,11 @@ type Spec struct {
 	// NoPdeathsig starts the child without Pdeathsig, so a test can leave
 	// an orphan behind and recover it through /proc alone.
 	NoPdeathsig bool
+	// Pdeathsig is the signal the child gets when gpuchaos dies; zero
+	// means SIGKILL. A child that must undo something on its way out
+	// (continue a process it keeps stopping) asks for SIGTERM and
+	// catches it.
+	Pdeathsig syscall.Signal
 }
 
 // Child is a process a Group started.
@@ -113,6 +120,9 @@ func (g *Group) spawn(s Spec, r, w *os.File) (*Child, *exec.Cmd, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if !s.NoPdeathsig {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+		if s.Pdeathsig != 0 {
+			cmd.SysProcAttr.Pdeathsig = s.Pdeathsig
+		}
 	}
 	err := cmd.Start()
 	// The child holds its own copy; ours must go, or the pipe would never
@@ -230,4 +240,48 @@ func waitGone(ctx context.Context, p procfind.Proc, mine *Child, limit time.Dura
 		case <-tick.C:
 		}
 	}
+}
+
+// AwaitReady waits up to timeout for the child's "ready" line on its ready
+// pipe, and closes the pipe. what names the child in errors ("hog",
+// "pacer"); end of file before the line means the child exited first.
+func (c *Child) AwaitReady(ctx context.Context, what string, timeout time.Duration) error {
+	defer c.Ready.Close()
+	if err := c.Ready.SetReadDeadline(time.Now().Add(timeout)); err != nil {
+		return fmt.Errorf("%s pid %d: ready pipe: %w", what, c.Proc.PID, err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = c.Ready.SetReadDeadline(time.Unix(1, 0)) })
+	defer stop()
+	got, err := io.ReadAll(io.LimitReader(c.Ready, 64))
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil:
+		return fmt.Errorf("%s pid %d: waiting for ready: %w", what, c.Proc.PID, ctx.Err())
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("%s pid %d: not ready after %s", what, c.Proc.PID, timeout)
+	case err != nil:
+		return fmt.Errorf("%s pid %d: ready pipe: %w", what, c.Proc.PID, err)
+	case bytes.HasPrefix(got, []byte("ready\n")):
+		return nil
+	}
+	select {
+	case <-c.Done():
+		return fmt.Errorf("%s pid %d exited before it was ready: %v", what, c.Proc.PID, c.Err())
+	case <-time.After(time.Second):
+		return fmt.Errorf("%s pid %d closed its ready pipe without writing ready", what, c.Proc.PID)
+	}
+}
+
+// LogTail returns what was written to a child's log from offset on, on
+// one line (its lines joined by " | "), at most its last 2 KiB: enough to
+// say why a child failed in one error.
+func LogTail(path string, offset int64) string {
+	b, err := os.ReadFile(path)
+	if err != nil || offset > int64(len(b)) {
+		return ""
+	}
+	b = b[offset:]
+	if len(b) > 2048 {
+		b = b[len(b)-2048:]
+	}
+	return string(bytes.Join(bytes.Fields(bytes.ReplaceAll(b, []byte("\n"), []byte(" | "))), []byte(" ")))
 }

@@ -1,7 +1,6 @@
 package numafault
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -81,7 +80,7 @@ func (in *Injector) injectHog(ctx context.Context, st state, topo numa.Topology,
 	}
 	st.Child = &c.Proc
 	fail := func(cause error) error {
-		if tail := logTail(logPath, logStart); tail != "" {
+		if tail := childproc.LogTail(logPath, logStart); tail != "" {
 			cause = fmt.Errorf("%w; log %s ends: %s", cause, logPath, tail)
 		}
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), in.opts.termGrace+30*time.Second)
@@ -96,7 +95,7 @@ func (in *Injector) injectHog(ctx context.Context, st state, topo numa.Topology,
 	if err := in.dir.Write(st.Key, st); err != nil {
 		return fail(err)
 	}
-	if err := in.awaitReady(ctx, c); err != nil {
+	if err := c.AwaitReady(ctx, "hog", ReadyTimeout); err != nil {
 		return fail(err)
 	}
 	in.logf("numafault: %s: hog pid %d holds node %d", st.Key, c.Proc.PID, n.ID)
@@ -113,34 +112,6 @@ func (in *Injector) start(args []string, log *os.File) (*childproc.Child, error)
 	return c, nil
 }
 
-// awaitReady reads the hog's "ready" line; end of file first means it
-// exited before it held anything.
-func (in *Injector) awaitReady(ctx context.Context, c *childproc.Child) error {
-	defer c.Ready.Close()
-	if err := c.Ready.SetReadDeadline(time.Now().Add(ReadyTimeout)); err != nil {
-		return fmt.Errorf("hog pid %d: ready pipe: %w", c.Proc.PID, err)
-	}
-	stop := context.AfterFunc(ctx, func() { _ = c.Ready.SetReadDeadline(time.Unix(1, 0)) })
-	defer stop()
-	got, err := io.ReadAll(io.LimitReader(c.Ready, 64))
-	switch {
-	case errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil:
-		return fmt.Errorf("hog pid %d: waiting for ready: %w", c.Proc.PID, ctx.Err())
-	case errors.Is(err, os.ErrDeadlineExceeded):
-		return fmt.Errorf("hog pid %d: not ready after %s", c.Proc.PID, ReadyTimeout)
-	case err != nil:
-		return fmt.Errorf("hog pid %d: ready pipe: %w", c.Proc.PID, err)
-	case bytes.HasPrefix(got, []byte("ready\n")):
-		return nil
-	}
-	select {
-	case <-c.Done():
-		return fmt.Errorf("hog pid %d exited before it was ready: %v", c.Proc.PID, c.Err())
-	case <-time.After(time.Second):
-		return fmt.Errorf("hog pid %d closed its ready pipe without writing ready", c.Proc.PID)
-	}
-}
-
 // stopHog ends a recorded hog (SIGTERM to its group, SIGKILL after the
 // grace) and returns once it is gone, and reaped when it is ours.
 func (in *Injector) stopHog(ctx context.Context, id procID) error {
@@ -149,17 +120,4 @@ func (in *Injector) stopHog(ctx context.Context, id procID) error {
 	}
 	in.logf("numafault: stopped hog pid %d", id.PID)
 	return nil
-}
-
-// logTail returns the last lines written to the log from offset on.
-func logTail(path string, offset int64) string {
-	b, err := os.ReadFile(path)
-	if err != nil || offset > int64(len(b)) {
-		return ""
-	}
-	b = b[offset:]
-	if len(b) > 2048 {
-		b = b[len(b)-2048:]
-	}
-	return string(bytes.Join(bytes.Fields(bytes.ReplaceAll(b, []byte("\n"), []byte(" | "))), []byte(" ")))
 }

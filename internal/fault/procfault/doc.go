@@ -1,6 +1,7 @@
 // Package procfault injects the workload faults on ranks of a training job
 // running on this node: workload.kill-rank and workload.hang-rank
-// (mechanism signal) and workload.straggler (mechanism cgroup-cpu).
+// (mechanism signal) and workload.straggler (mechanisms cgroup-cpu and
+// duty-cycle).
 //
 // A rank is found by scanning /proc/*/environ for GPUCHAOS_JOB and RANK
 // (target.Ref's Job and Rank), or named directly by the pid parameter for
@@ -25,4 +26,15 @@
 //     CPU-bound on k CPUs gets k/slowdown, so its steps take slowdown
 //     times as long. Recover moves the threads back to the groups they
 //     came from and removes ours.
+//   - straggler by duty-cycle starts a pacer, the hidden command
+//     `gpuchaos pace` (RunPace), that sends the rank SIGSTOP at the start
+//     of every 100 ms period and SIGCONT 1-1/slowdown of it later, on
+//     deadlines counted from its start. Stopped, the rank launches no
+//     CUDA work and joins no collective, so it slows by the slowdown
+//     whether it is CPU- or GPU-bound (GPU work already queued still
+//     runs). The pacer dies with gpuchaos (Pdeathsig SIGTERM) and ends by
+//     itself after the hold time, continuing the rank on every way out
+//     but SIGKILL; Recover stops it (SIGTERM, then SIGKILL) and sends the
+//     rank SIGCONT itself, since a SIGKILLed pacer may have left it
+//     stopped.
 package procfault

@@ -18,27 +18,35 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
-// The test binary plays two more parts when re-executed, chosen by
+// The test binary plays three more parts when re-executed, chosen by
 // roleEnv: a fake rank ("rank") that burns one CPU counting steps and
-// writes the count to stepsEnv's file, and an injecting process
-// ("injector") that injects one fault, says "injected" and waits to be
-// SIGKILLed.
+// writes the count to stepsEnv's file, an injecting process ("injector")
+// that injects one fault, says "injected" and waits to be SIGKILLed, and
+// the duty-cycle pacer ("pacer"), through RunPace exactly as the hidden
+// command runs it.
 const (
 	roleEnv  = "PROCFAULT_TEST_ROLE"
 	stepsEnv = "PROCFAULT_TEST_STEPS"
+	// waitEnv makes the fake rank's step a 1 ms sleep instead of CPU
+	// work: a rank waiting on its GPU, whose progress follows the wall
+	// time it runs rather than the CPU it gets.
+	waitEnv = "PROCFAULT_TEST_WAIT"
 	// Environment of the injector helper.
 	helperFaultEnv = "PROCFAULT_HELPER_FAULT"
 	helperStateEnv = "PROCFAULT_HELPER_STATE"
 	helperKeyEnv   = "PROCFAULT_HELPER_KEY"
 	helperPIDEnv   = "PROCFAULT_HELPER_PID"
+	helperMechEnv  = "PROCFAULT_HELPER_MECHANISM"
 )
 
 func TestMain(m *testing.M) {
 	switch os.Getenv(roleEnv) {
 	case "rank":
-		fakeRank(os.Getenv(stepsEnv))
+		fakeRank(os.Getenv(stepsEnv), os.Getenv(waitEnv) != "")
 	case "injector":
 		os.Exit(injectorHelper())
+	case "pacer":
+		os.Exit(RunPace(context.Background(), os.Args[1:], os.Stderr))
 	}
 	os.Exit(m.Run())
 }
@@ -53,8 +61,9 @@ func step(x uint64) uint64 {
 }
 
 // fakeRank counts steps forever, writing the count to file every 20 ms
-// in one fixed-width write, so a reader never sees half a number.
-func fakeRank(file string) {
+// in one fixed-width write, so a reader never sees half a number. With
+// wait, each step sleeps 1 ms instead of computing.
+func fakeRank(file string, wait bool) {
 	f, err := os.OpenFile(file, os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rank:", err)
@@ -66,7 +75,11 @@ func fakeRank(file string) {
 		last         = time.Now()
 	)
 	for {
-		x = step(x)
+		if wait {
+			time.Sleep(time.Millisecond)
+		} else {
+			x = step(x)
+		}
 		steps++
 		if time.Since(last) >= 20*time.Millisecond {
 			if _, err := f.WriteAt(fmt.Appendf(nil, "%20d\n", steps), 0); err != nil {
@@ -89,13 +102,14 @@ type rank struct {
 }
 
 // startRank starts a fake rank of job with the given rank number, in a
-// process group of its own when ownGroup is set.
-func startRank(t *testing.T, job string, n int, ownGroup bool) *rank {
+// process group of its own when ownGroup is set, with env added to its
+// environment.
+func startRank(t *testing.T, job string, n int, ownGroup bool, env ...string) *rank {
 	t.Helper()
 	r := &rank{steps: filepath.Join(t.TempDir(), "steps"), done: make(chan error, 1)}
 	r.cmd = exec.Command(os.Args[0], "-test.run=^$")
-	r.cmd.Env = append(os.Environ(), roleEnv+"=rank", stepsEnv+"="+r.steps, "GOMAXPROCS=1",
-		procfind.EnvJob+"="+job, "RANK="+strconv.Itoa(n), "LOCAL_RANK="+strconv.Itoa(n), "WORLD_SIZE=2")
+	r.cmd.Env = append(append(os.Environ(), roleEnv+"=rank", stepsEnv+"="+r.steps, "GOMAXPROCS=1",
+		procfind.EnvJob+"="+job, "RANK="+strconv.Itoa(n), "LOCAL_RANK="+strconv.Itoa(n), "WORLD_SIZE=2"), env...)
 	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: ownGroup}
 	if err := r.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -161,9 +175,15 @@ func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
 	}
 }
 
-// newInjector returns the injector of fault id on a fresh state directory
-// (or dir, when given).
+// newInjector returns the injector of fault id, by its first mechanism,
+// on a fresh state directory (or dir, when given).
 func newInjector(t *testing.T, id, dir string) *Injector {
+	t.Helper()
+	return newInjectorOf(t, id, mechanisms[id][0], dir)
+}
+
+// newInjectorOf is newInjector for mechanism mech.
+func newInjectorOf(t *testing.T, id, mech, dir string) *Injector {
 	t.Helper()
 	f, ok := catalog.Lookup(id)
 	if !ok {
@@ -172,19 +192,29 @@ func newInjector(t *testing.T, id, dir string) *Injector {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	in, err := New(f, f.Mechanism(mechanisms[id]), Options{StateDir: dir})
+	in, err := New(f, f.Mechanism(mech), testOptions(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return in
 }
 
-// injectorHelper injects the fault helperFaultEnv names on the pid
-// helperPIDEnv gives, prints "injected", and waits to be killed.
+// testOptions runs the pacer as this test binary in its pacer role.
+func testOptions(dir string) Options {
+	return Options{StateDir: dir, Exec: os.Args[0], ExecArgs: []string{}, env: []string{roleEnv + "=pacer"}, TermGrace: 2 * time.Second}
+}
+
+// injectorHelper injects the fault helperFaultEnv names, by the mechanism
+// helperMechEnv names (its first when empty), on the pid helperPIDEnv
+// gives, prints "injected", and waits to be killed.
 func injectorHelper() int {
 	id := os.Getenv(helperFaultEnv)
 	f, _ := catalog.Lookup(id)
-	in, err := New(f, f.Mechanism(mechanisms[id]), Options{StateDir: os.Getenv(helperStateEnv)})
+	mech := os.Getenv(helperMechEnv)
+	if mech == "" {
+		mech = mechanisms[id][0]
+	}
+	in, err := New(f, f.Mechanism(mech), testOptions(os.Getenv(helperStateEnv)))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
@@ -192,6 +222,12 @@ func injectorHelper() int {
 	raw := map[string]string{"pid": os.Getenv(helperPIDEnv)}
 	if id == idStraggler {
 		raw["slowdown"], raw["window"] = "2", "200ms"
+	}
+	if mech == mechDutyCycle {
+		// Stopped 90 % of the time, so that a pacer killed with its
+		// injector (rather than ending itself) would likely leave the rank
+		// stopped, which the test would see.
+		raw["slowdown"] = "10"
 	}
 	v, err := f.Resolve(raw)
 	if err == nil {
@@ -209,9 +245,15 @@ func injectorHelper() int {
 // runHelper starts the injector helper and returns once it has injected.
 func runHelper(t *testing.T, id, dir, key string, pid int) *exec.Cmd {
 	t.Helper()
+	return runHelperOf(t, id, "", dir, key, pid)
+}
+
+// runHelperOf is runHelper for mechanism mech ("" for the first).
+func runHelperOf(t *testing.T, id, mech, dir, key string, pid int) *exec.Cmd {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), roleEnv+"=injector", helperFaultEnv+"="+id, helperStateEnv+"="+dir,
-		helperKeyEnv+"="+key, helperPIDEnv+"="+strconv.Itoa(pid))
+	cmd.Env = append(os.Environ(), roleEnv+"=injector", helperFaultEnv+"="+id, helperMechEnv+"="+mech,
+		helperStateEnv+"="+dir, helperKeyEnv+"="+key, helperPIDEnv+"="+strconv.Itoa(pid))
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {

@@ -7,12 +7,14 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"syscall"
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/cgroup"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
 	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
 	"github.com/gpuchaos/gpuchaos/internal/target"
@@ -25,8 +27,20 @@ const (
 	idStraggler = "workload.straggler"
 )
 
-// mechanisms maps each fault to the mechanism this package implements.
-var mechanisms = map[string]string{idKill: "signal", idHang: "signal", idStraggler: "cgroup-cpu"}
+// The mechanisms of this package.
+const (
+	mechSignal    = "signal"
+	mechCgroupCPU = "cgroup-cpu"
+	mechDutyCycle = "duty-cycle"
+)
+
+// mechanisms maps each fault to the mechanisms this package implements
+// for it, the first being the one named when refusing another.
+var mechanisms = map[string][]string{
+	idKill:      {mechSignal},
+	idHang:      {mechSignal},
+	idStraggler: {mechCgroupCPU, mechDutyCycle},
+}
 
 // signals are the signals the catalogue lets kill-rank send.
 var signals = map[string]syscall.Signal{"SIGKILL": syscall.SIGKILL, "SIGTERM": syscall.SIGTERM, "SIGSEGV": syscall.SIGSEGV}
@@ -49,21 +63,54 @@ type Options struct {
 	// Logger gets one record per signal sent and per rank confined or
 	// released; nil means none.
 	Logger *slog.Logger
+	// Exec is the gpuchaos binary the duty-cycle pacer runs; "" means
+	// this process's own executable. ExecArgs come before the pacer's
+	// flags; nil means []string{PaceCommand}, the hidden command that
+	// calls RunPace.
+	Exec     string
+	ExecArgs []string
+	// TermGrace is how long a pacer has after SIGTERM before SIGKILL;
+	// zero means DefaultTermGrace.
+	TermGrace time.Duration
+
+	// env is added to the pacer's environment, for this package's tests.
+	env []string
 }
+
+// DefaultTermGrace is the default of Options.TermGrace: a pacer needs
+// only to send one SIGCONT before it exits.
+const DefaultTermGrace = 5 * time.Second
 
 // Injector injects one of this package's faults. It is safe for
 // concurrent use; calls with the same key are serialised.
 type Injector struct {
 	fault string
+	mech  string
 	dir   *statedir.Dir
 	log   *slog.Logger
+	opts  Options
+	// pacers are the duty-cycle pacers this instance started and has not
+	// reaped.
+	pacers childproc.Group
 }
 
 // New returns the injector of mechanism m of fault f: signal for
-// workload.kill-rank and workload.hang-rank, cgroup-cpu for
+// workload.kill-rank and workload.hang-rank, cgroup-cpu or duty-cycle for
 // workload.straggler.
 func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
-	if err := fault.CheckMechanism("procfault", f, m, mechanisms); err != nil {
+	if f == nil || m == nil {
+		return nil, errors.New("procfault: a fault and a mechanism are required")
+	}
+	// CheckMechanism knows one mechanism per fault: it is asked about the
+	// one requested when this package implements it, else about the first.
+	want := map[string]string{}
+	for id, ms := range mechanisms {
+		want[id] = ms[0]
+		if id == f.ID && slices.Contains(ms, m.Name) {
+			want[id] = m.Name
+		}
+	}
+	if err := fault.CheckMechanism("procfault", f, m, want); err != nil {
 		return nil, err
 	}
 	if o.StateDir == "" {
@@ -77,7 +124,22 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Injector{fault: f.ID, dir: d, log: log}, nil
+	if o.TermGrace <= 0 {
+		o.TermGrace = DefaultTermGrace
+	}
+	if m.Name == mechDutyCycle {
+		if o.Exec == "" {
+			exe, err := os.Executable()
+			if err != nil {
+				return nil, fmt.Errorf("procfault: find the gpuchaos binary for the pacer: %w", err)
+			}
+			o.Exec = exe
+		}
+		if o.ExecArgs == nil {
+			o.ExecArgs = []string{PaceCommand}
+		}
+	}
+	return &Injector{fault: f.ID, mech: m.Name, dir: d, log: log, opts: o}, nil
 }
 
 // Inject finds the rank and applies the fault, recording it first. A key
@@ -97,6 +159,9 @@ func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v ca
 		case idHang:
 			return in.hang(ctx, key, st)
 		case idStraggler:
+			if in.mech == mechDutyCycle {
+				return in.pace(ctx, key, st, v)
+			}
 			return in.straggle(ctx, key, st, v)
 		}
 		return nil
@@ -108,7 +173,8 @@ func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v ca
 }
 
 // Recover undoes what key's record says: SIGCONT for a hang, the threads
-// moved back for a straggler, nothing for a kill. It then removes the
+// moved back for a cgroup-cpu straggler, the pacer stopped and SIGCONT for
+// a duty-cycle straggler, nothing for a kill. It then removes the
 // record. No record is success; a rank that is gone (or whose pid was
 // reused) is left alone and reported as fault.ErrTargetGone.
 func (in *Injector) Recover(ctx context.Context, key string) error {
@@ -129,6 +195,10 @@ func (in *Injector) Recover(ctx context.Context, key string) error {
 				in.log.Info("continued rank", "key", key, "pid", st.Proc.PID, "job", st.Job, "rank", st.Rank)
 			}
 		case idStraggler:
+			if st.Mechanism == mechDutyCycle {
+				gone, err = in.unpace(ctx, key, st)
+				break
+			}
 			// Release works from the record alone and also when the rank has
 			// exited: our group is then empty and only needs removing.
 			err = st.Confinement.Release()

@@ -38,7 +38,8 @@ func TestNewRefusesWhatItDoesNotImplement(t *testing.T) {
 	}{
 		{"other package's fault", "checkpoint.fill-volume", "fallocate", t.TempDir()},
 		{"other mechanism", idHang, "cgroup-freeze", t.TempDir()},
-		{"duty cycle", idStraggler, "duty-cycle", t.TempDir()},
+		{"mechanism the straggler does not declare", idStraggler, "cgroup-freeze", t.TempDir()},
+		{"duty cycle of another fault", idHang, "duty-cycle", t.TempDir()},
 		{"no state directory", idKill, "signal", ""},
 	}
 	for _, tc := range tests {
@@ -178,13 +179,16 @@ func TestHangRecoverNeverTouchesARecycledPid(t *testing.T) {
 
 func TestConformance(t *testing.T) {
 	t.Parallel()
-	for _, id := range []string{idKill, idHang, idStraggler} {
-		t.Run(id, func(t *testing.T) {
+	for _, c := range []struct{ id, mech string }{
+		{idKill, mechSignal}, {idHang, mechSignal}, {idStraggler, mechCgroupCPU}, {idStraggler, mechDutyCycle},
+	} {
+		id := c.id
+		t.Run(id+"/"+c.mech, func(t *testing.T) {
 			t.Parallel()
 			faulttest.Run(t, func(t *testing.T) faulttest.Env {
 				job := jobName(t)
 				r := startRank(t, job, 0, false)
-				in := newInjector(t, id, "")
+				in := newInjectorOf(t, id, c.mech, "")
 				var raw map[string]string
 				if id == idStraggler {
 					raw = map[string]string{"window": "100ms", "slowdown": "2"}
@@ -214,6 +218,10 @@ func TestConformance(t *testing.T) {
 					}
 				case idStraggler:
 					env.Applied = func(string) bool { return confined(t, r.proc) }
+					if c.mech == mechDutyCycle {
+						// In effect means stopped at some point of a few periods.
+						env.Applied = func(string) bool { return r.seenStopped(t, 3*DutyPeriod) }
+					}
 				}
 				return env
 			})
@@ -406,6 +414,14 @@ func TestParseState(t *testing.T) {
 		{"straggler", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","confinement":`+conf, 1), ""},
 		{"kill with a foreign signal", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.kill-rank","signal":"SIGSTOP"`, 1), "signal"},
 		{"straggler without confinement", strings.Replace(good, "hang-rank", "straggler", 1), "without a confinement"},
+		{"duty cycle before the pacer started", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","mechanism":"duty-cycle","slowdown":2`, 1), ""},
+		{"duty cycle with its pacer", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","mechanism":"duty-cycle","pacer":{"pid":200,"start_ticks":9}`, 1), ""},
+		{"duty cycle with pacer pid 1", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","mechanism":"duty-cycle","pacer":{"pid":1,"start_ticks":9}`, 1), "cannot be ours"},
+		{"duty cycle with a pacer group", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","mechanism":"duty-cycle","pacer":{"pid":-200,"start_ticks":9}`, 1), "cannot be ours"},
+		{"duty cycle whose pacer is the rank", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","mechanism":"duty-cycle","pacer":{"pid":100,"start_ticks":5}`, 1), "cannot be ours"},
+		{"duty cycle with a confinement", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","mechanism":"duty-cycle","confinement":`+conf, 1), "with a confinement"},
+		{"cgroup-cpu with a pacer", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","mechanism":"cgroup-cpu","confinement":`+conf+`,"pacer":{"pid":200,"start_ticks":9}`, 1), "with a pacer"},
+		{"foreign straggler mechanism", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","mechanism":"cgroup-freeze"`, 1), "not this package's"},
 		{"confinement of another process", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","confinement":`+strings.Replace(conf, "100", "101", 1), 1), "another process"},
 		{"group not ours", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","confinement":`+strings.Replace(conf, "gpuchaos-x", "kubepods", 1), 1), "not one of ours"},
 		{"pid 1", strings.Replace(good, `"pid":100`, `"pid":1`, 1), "cannot be a rank"},
@@ -437,6 +453,7 @@ func TestParseState(t *testing.T) {
 func FuzzParseState(f *testing.F) {
 	f.Add([]byte(`{"version":1,"key":"k","fault":"workload.hang-rank","proc":{"pid":100,"start_ticks":5},"rank":0}`))
 	f.Add([]byte(`{"version":1,"key":"k","fault":"workload.kill-rank","signal":"SIGKILL","proc":{"pid":2,"start_ticks":1}}`))
+	f.Add([]byte(`{"version":1,"key":"k","fault":"workload.straggler","mechanism":"duty-cycle","proc":{"pid":2,"start_ticks":1},"pacer":{"pid":3,"start_ticks":1}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		st, err := parseState(b)
 		if err != nil {
@@ -447,8 +464,11 @@ func FuzzParseState(f *testing.F) {
 		if st.Proc.PID <= 1 || st.Proc.StartTicks == 0 {
 			t.Fatalf("accepted process %+v", st.Proc)
 		}
-		if st.Fault == idStraggler && (st.Confinement == nil || st.Confinement.Validate() != nil) {
+		if st.Fault == idStraggler && st.Mechanism != mechDutyCycle && (st.Confinement == nil || st.Confinement.Validate() != nil) {
 			t.Fatalf("accepted a straggler record without a valid confinement")
+		}
+		if st.Pacer != nil && (st.Mechanism != mechDutyCycle || !st.Pacer.Valid() || st.Pacer.PID == st.Proc.PID) {
+			t.Fatalf("accepted pacer %+v of a %q record for process %+v", *st.Pacer, st.Mechanism, st.Proc)
 		}
 	})
 }

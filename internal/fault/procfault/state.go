@@ -35,11 +35,20 @@ type state struct {
 	CPUs        float64             `json:"cpus,omitempty"`
 	Slowdown    float64             `json:"slowdown,omitempty"`
 	Confinement *cgroup.Confinement `json:"confinement,omitempty"`
+
+	// Mechanism is the straggler's mechanism; empty means cgroup-cpu,
+	// the only one records of this version had before duty-cycle.
+	Mechanism string `json:"mechanism,omitempty"`
+	// Pacer is the duty-cycle pacer's process, nil in the record written
+	// before it starts (Recover then only continues the rank: a pacer
+	// whose injector died before recording it got its Pdeathsig).
+	Pacer *procfind.Proc `json:"pacer,omitempty"`
 }
 
 // parseState decodes a record and checks what Recover relies on: a
 // process identity a signal may safely reach and, for a straggler, a
-// confinement of ours.
+// confinement of ours (cgroup-cpu) or a pacer identity that is neither
+// the rank nor a group nor init (duty-cycle).
 func parseState(b []byte) (state, error) {
 	var st state
 	if err := statedir.Decode(b, &st); err != nil {
@@ -61,6 +70,22 @@ func parseState(b []byte) (state, error) {
 		}
 	case idHang:
 	case idStraggler:
+		switch st.Mechanism {
+		case mechDutyCycle:
+			if st.Confinement != nil {
+				return state{}, errors.New("duty-cycle straggler with a confinement")
+			}
+			if st.Pacer != nil && (!st.Pacer.Valid() || st.Pacer.PID == st.Proc.PID) {
+				return state{}, fmt.Errorf("pacer %+v cannot be ours", *st.Pacer)
+			}
+			return st, nil
+		case "", mechCgroupCPU:
+		default:
+			return state{}, fmt.Errorf("straggler mechanism %q is not this package's", st.Mechanism)
+		}
+		if st.Pacer != nil {
+			return state{}, errors.New("cgroup-cpu straggler with a pacer")
+		}
 		if st.Confinement == nil {
 			return state{}, errors.New("straggler without a confinement")
 		}
