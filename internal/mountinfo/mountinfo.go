@@ -57,6 +57,9 @@ func Parse(r io.Reader) ([]Mount, error) {
 	return out, nil
 }
 
+// ParseLine parses one line of the table (without its newline).
+func ParseLine(line string) (Mount, error) { return parseMountLine(line) }
+
 // parseMountLine parses "36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 -
 // ext3 /dev/root rw,errors=continue": six fixed fields, optional fields
 // up to a lone "-", then type, source and superblock options.
