@@ -18,6 +18,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/cgroup"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 func TestKillWriterTearsTheCheckpoint(t *testing.T) {
@@ -469,9 +470,7 @@ func TestRecoverAfterTheInjectorWasKilled(t *testing.T) {
 		dir := mountTmpfs(t, 32<<20)
 		before, _, _ := freeBytes(dir)
 		stateDir := t.TempDir()
-		h := runHelper(t, idFill, stateDir, "crash-key", dir)
-		_ = h.Process.Signal(syscall.SIGKILL)
-		_ = h.Wait()
+		testutil.KillInjector(t, runHelper(t, idFill, stateDir, "crash-key", dir))
 		in := newInjector(t, idFill, stateDir)
 		filler := filepath.Join(dir, fillerPrefix+in.dir.Name("crash-key"))
 		if _, err := os.Stat(filler); err != nil {
@@ -493,9 +492,7 @@ func TestRecoverAfterTheInjectorWasKilled(t *testing.T) {
 		file := filepath.Join(dir, "ckpt-7.pt")
 		orig := sum(t, file)
 		stateDir := t.TempDir()
-		h := runHelper(t, idCorrupt, stateDir, "crash-key", dir)
-		_ = h.Process.Signal(syscall.SIGKILL)
-		_ = h.Wait()
+		testutil.KillInjector(t, runHelper(t, idCorrupt, stateDir, "crash-key", dir))
 		if sum(t, file) == orig {
 			t.Fatal("the helper did not corrupt the checkpoint")
 		}

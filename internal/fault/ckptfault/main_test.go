@@ -1,7 +1,6 @@
 package ckptfault
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -18,6 +17,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
 	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // The test binary plays more parts when re-executed, chosen by roleEnv:
@@ -208,32 +208,15 @@ func injectorHelper() int {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
 	}
-	fmt.Println("injected")
-	time.Sleep(time.Minute)
+	testutil.Injected()
 	return 0
 }
 
 // runHelper starts the injector helper and returns once it has injected.
 func runHelper(t *testing.T, id, stateDir, key, dir string) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), roleEnv+"=injector", helperFaultEnv+"="+id, helperStateEnv+"="+stateDir,
+	return testutil.StartInjector(t, "^$", roleEnv+"=injector", helperFaultEnv+"="+id, helperStateEnv+"="+stateDir,
 		helperKeyEnv+"="+key, dirEnv+"="+dir, helperJobEnv+"="+jobName(t))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "injected" {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("helper said %q, %v", line, err)
-	}
-	return cmd
 }
 
 // mountTmpfs mounts a tmpfs of size bytes on a fresh directory, or skips

@@ -1,7 +1,6 @@
 package netfault_test
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -27,6 +25,7 @@ import (
 	nf "github.com/gpuchaos/gpuchaos/internal/netfault"
 	nt "github.com/gpuchaos/gpuchaos/internal/netfault/netnstest"
 	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // childEnv makes the test binary a run that injects and waits to be killed;
@@ -292,8 +291,7 @@ func TestHelperProcess(t *testing.T) {
 		fmt.Println("inject:", err)
 		os.Exit(2)
 	}
-	fmt.Println("injected")
-	nt.Sleep()
+	testutil.Injected()
 }
 
 func TestRecoverAfterSIGKILL(t *testing.T) {
@@ -313,26 +311,7 @@ func TestRecoverAfterSIGKILL(t *testing.T) {
 			dir := t.TempDir()
 			spec, _ := json.Marshal(childSpec{Dir: dir, Fault: c.fault, Mechanism: c.mechanism, Key: "run-1/" + c.fault,
 				Raw: withTarget(c.raw, fx.PID)})
-			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$")
-			cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
-			out, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			line, _ := bufio.NewReader(out).ReadString('\n')
-			if strings.TrimSpace(line) != "injected" {
-				_ = cmd.Process.Kill()
-				_ = cmd.Wait()
-				t.Fatalf("child did not inject: %q", line)
-			}
-			mustDo(t, cmd.Process.Signal(syscall.SIGKILL))
-			err = cmd.Wait()
-			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
-				t.Fatalf("child ended with %v, want killed by SIGKILL", err)
-			}
+			testutil.KillInjector(t, testutil.StartInjector(t, "^TestHelperProcess$", childEnv+"="+string(spec)))
 			if snapshot(t, fx.PID).Equal(before) {
 				t.Fatal("the killed child's fault is not in effect")
 			}

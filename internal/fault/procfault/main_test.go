@@ -1,7 +1,6 @@
 package procfault
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
 	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // The test binary plays three more parts when re-executed, chosen by
@@ -237,8 +237,7 @@ func injectorHelper() int {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
 	}
-	fmt.Println("injected")
-	time.Sleep(time.Minute)
+	testutil.Injected()
 	return 0
 }
 
@@ -251,22 +250,6 @@ func runHelper(t *testing.T, id, dir, key string, pid int) *exec.Cmd {
 // runHelperOf is runHelper for mechanism mech ("" for the first).
 func runHelperOf(t *testing.T, id, mech, dir, key string, pid int) *exec.Cmd {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), roleEnv+"=injector", helperFaultEnv+"="+id, helperMechEnv+"="+mech,
+	return testutil.StartInjector(t, "^$", roleEnv+"=injector", helperFaultEnv+"="+id, helperMechEnv+"="+mech,
 		helperStateEnv+"="+dir, helperKeyEnv+"="+key, helperPIDEnv+"="+strconv.Itoa(pid))
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != "injected" {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("helper said %q, %v", line, err)
-	}
-	return cmd
 }

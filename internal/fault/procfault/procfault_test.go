@@ -19,6 +19,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
 	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // jobName is unique per test, so parallel tests never find each other's
@@ -352,11 +353,7 @@ func TestRecoverAfterTheInjectorWasKilled(t *testing.T) {
 			job := jobName(t)
 			r := startRank(t, job, 0, false)
 			dir := t.TempDir()
-			h := runHelper(t, id, dir, "crash-key", r.proc.PID)
-			if err := h.Process.Signal(syscall.SIGKILL); err != nil {
-				t.Fatal(err)
-			}
-			_ = h.Wait()
+			testutil.KillInjector(t, runHelper(t, id, dir, "crash-key", r.proc.PID))
 			var before []int
 			switch id {
 			case idHang:

@@ -1,7 +1,6 @@
 package storagefault_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -9,10 +8,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +16,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
 	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // childEnv makes the test binary an injector that injects, says so on
@@ -57,10 +54,8 @@ func crashChild() int {
 		fmt.Println("inject:", err)
 		return 2
 	}
-	fmt.Println("injected")
-	for {
-		time.Sleep(time.Hour)
-	}
+	testutil.Injected()
+	return 0
 }
 
 func randomMiB(t testing.TB) []byte {
@@ -210,28 +205,7 @@ func TestRecoverAfterSIGKILL(t *testing.T) {
 	const key = "run-7/checkpoint.storage-partition"
 
 	spec, _ := json.Marshal(childSpec{StateDir: stateDir, Key: key, Raw: map[string]string{"path": mnt, "port": "22"}})
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+string(spec))
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, _ := bufio.NewReader(out).ReadString('\n')
-	if strings.TrimSpace(line) != "injected" {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		t.Fatalf("child did not inject: %q", line)
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	err = cmd.Wait()
-	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || ws.Signal() != syscall.SIGKILL {
-		t.Fatalf("child ended with %v, want killed by SIGKILL", err)
-	}
+	testutil.KillInjector(t, testutil.StartInjector(t, "^$", childEnv+"="+string(spec)))
 	if sn.snapshot(t).Equal(before) {
 		t.Fatal("the killed child's fault is not in effect")
 	}
