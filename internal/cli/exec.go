@@ -216,7 +216,6 @@ type execDelta struct {
 	Params  catalog.Values  `json:"params"`
 	Set     []execEnvChange `json:"set"`
 	Command []string        `json:"command"`
-	lookup  func(string) (string, bool)
 }
 
 func newExecDelta(f *catalog.Fault, vals catalog.Values, env, args []string, lookup func(string) (string, bool)) execDelta {

@@ -384,40 +384,13 @@ func (t *LocalTarget) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, 
 			return nil, fmt.Errorf("probe %s: %w", name, err)
 		}
 		if t.opts.ScrapeInterval > 0 {
-			// The background scrapes keep the history current; a probe
-			// that scraped too would wait behind them for a stopped
-			// rank's page at every observation.
-			if a, ok := p.(probe.Anchored); ok {
-				return anchoredStoreProbe{storeProbe{p, t.metrics}, a}, nil
-			}
-			return storeProbe{p, t.metrics}, nil
+			// The background scrapes keep the history current.
+			return scrape.Over(p, t.metrics), nil
 		}
 		return scrape.Probe(p, t.metrics), nil
 	}
 	return nil, fmt.Errorf("probe %s: defines nothing: set detector, threshold, log, prometheus or workload", name)
 }
-
-// storeProbe evaluates a probe over the store's history as it stands,
-// under the store's lock.
-type storeProbe struct {
-	probe.Probe
-	s *scrape.Store
-}
-
-func (p storeProbe) Observe(ctx context.Context) (obs probe.Observation, err error) {
-	p.s.With(func() { obs, err = p.Probe.Observe(ctx) })
-	return obs, err
-}
-
-// anchoredStoreProbe is a storeProbe over an anchored probe, which the
-// engine must still see as anchored.
-type anchoredStoreProbe struct {
-	storeProbe
-	a probe.Anchored
-}
-
-func (p anchoredStoreProbe) SetAnchor(a probe.Anchor) { p.a.SetAnchor(a) }
-func (p anchoredStoreProbe) History() time.Duration   { return p.a.History() }
 
 // localLogProbe holds while a kernel log line matching re was read within
 // the log window.

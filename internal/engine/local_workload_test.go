@@ -311,10 +311,6 @@ func localFor(t *testing.T, j *job, stateDir string) *LocalTarget {
 	})
 }
 
-func jobOf(name string) target.Job {
-	return target.Job{Name: name, Ranks: []target.Rank{{Rank: 0, GPU: 0}, {Rank: 1, GPU: 1}}}
-}
-
 // rankExperiment builds an experiment of one fault on rank 1 (rank scope) or
 // the job (job scope).
 func rankExperiment(t *testing.T, name, jobName, faultYAML, expectYAML string, d time.Duration) *v1alpha1.Experiment {

@@ -302,11 +302,10 @@ func (s *supervisor) loop(ctx context.Context, res *Result) error {
 
 // rankProc is one started rank.
 type rankProc struct {
-	rank   int
-	pid    int
-	alive  bool
-	out    []*linePrefixer
-	exited chan Exit
+	rank  int
+	pid   int
+	alive bool
+	out   []*linePrefixer
 }
 
 // attempt runs one group until every rank has ended. cause is the first
