@@ -53,11 +53,8 @@ func parseState(b []byte) (state, error) {
 	if err := statedir.Decode(b, &st); err != nil {
 		return state{}, err
 	}
-	if st.Version != stateVersion {
-		return state{}, fmt.Errorf("version %d: this build reads version %d", st.Version, stateVersion)
-	}
-	if st.Key == "" {
-		return state{}, errors.New("no key")
+	if err := statedir.CheckHeader(st.Version, stateVersion, st.Key); err != nil {
+		return state{}, err
 	}
 	if !filepath.IsAbs(st.Dir) || filepath.Clean(st.Dir) != st.Dir {
 		return state{}, fmt.Errorf("directory %q is not a clean absolute path", st.Dir)

@@ -1,7 +1,6 @@
 package gpuproc
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -46,11 +45,8 @@ func parseState(b []byte) (state, error) {
 	if err := statedir.Decode(b, &st); err != nil {
 		return state{}, err
 	}
-	if st.Version != stateVersion {
-		return state{}, fmt.Errorf("version %d: this build reads version %d", st.Version, stateVersion)
-	}
-	if st.Key == "" {
-		return state{}, errors.New("no key")
+	if err := statedir.CheckHeader(st.Version, stateVersion, st.Key); err != nil {
+		return state{}, err
 	}
 	for i, c := range st.Children {
 		switch {

@@ -1,7 +1,6 @@
 package numafault
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
@@ -62,11 +61,8 @@ func parseState(b []byte) (state, error) {
 	if err := statedir.Decode(b, &st); err != nil {
 		return state{}, err
 	}
-	if st.Version != stateVersion {
-		return state{}, fmt.Errorf("version %d: this build reads version %d", st.Version, stateVersion)
-	}
-	if st.Key == "" {
-		return state{}, errors.New("no key")
+	if err := statedir.CheckHeader(st.Version, stateVersion, st.Key); err != nil {
+		return state{}, err
 	}
 	for what, p := range map[string]*procID{"target": st.Target, "child": st.Child} {
 		if p != nil && (p.PID <= 1 || p.StartTicks == 0) {

@@ -54,11 +54,8 @@ func parseState(b []byte) (state, error) {
 	if err := statedir.Decode(b, &st); err != nil {
 		return state{}, err
 	}
-	if st.Version != stateVersion {
-		return state{}, fmt.Errorf("version %d: this build reads version %d", st.Version, stateVersion)
-	}
-	if st.Key == "" {
-		return state{}, errors.New("no key")
+	if err := statedir.CheckHeader(st.Version, stateVersion, st.Key); err != nil {
+		return state{}, err
 	}
 	if !st.Proc.Valid() {
 		return state{}, fmt.Errorf("process %+v cannot be a rank", st.Proc)

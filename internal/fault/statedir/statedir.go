@@ -220,6 +220,19 @@ func Decode(b []byte, v any) error {
 	return nil
 }
 
+// CheckHeader refuses a decoded record of another layout version than
+// want, or one without its key: the checks every package's parser starts
+// with before its own.
+func CheckHeader(version, want int, key string) error {
+	if version != want {
+		return fmt.Errorf("version %d: this build reads version %d", version, want)
+	}
+	if key == "" {
+		return errors.New("no key")
+	}
+	return nil
+}
+
 // Load reads key's record and decodes it with parse, which is where an
 // injector checks everything its recovery relies on. A missing record is
 // os.ErrNotExist; a record parse refuses is an error naming its file.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -369,4 +370,21 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("Decode accepted %q, which is not one JSON value", b)
 		}
 	})
+}
+
+func TestCheckHeader(t *testing.T) {
+	for _, tc := range []struct {
+		version, want int
+		key, err      string
+	}{
+		{1, 1, "k", ""},
+		{2, 1, "k", "version 2: this build reads version 1"},
+		{0, 1, "k", "version 0: this build reads version 1"},
+		{1, 1, "", "no key"},
+	} {
+		err := CheckHeader(tc.version, tc.want, tc.key)
+		if got := fmt.Sprint(err); tc.err == "" && err != nil || tc.err != "" && got != tc.err {
+			t.Errorf("CheckHeader(%d, %d, %q) = %v, want %q", tc.version, tc.want, tc.key, err, tc.err)
+		}
+	}
 }
