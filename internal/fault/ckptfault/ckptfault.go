@@ -62,12 +62,9 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
 	if err := fault.CheckMechanism("ckptfault", f, m, mechanisms); err != nil {
 		return nil, err
 	}
-	if o.StateDir == "" {
-		return nil, fmt.Errorf("ckptfault: %s needs a state directory to recover after a crash", f.ID)
-	}
-	d, err := statedir.Open(o.StateDir, "ckptfault-")
+	d, err := statedir.OpenFor("ckptfault", f.ID, o.StateDir)
 	if err != nil {
-		return nil, fmt.Errorf("ckptfault: %w", err)
+		return nil, err
 	}
 	log := o.Logger
 	if log == nil {

@@ -113,12 +113,9 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
 	if err := fault.CheckMechanism("procfault", f, m, want); err != nil {
 		return nil, err
 	}
-	if o.StateDir == "" {
-		return nil, fmt.Errorf("procfault: %s needs a state directory to recover after a crash", f.ID)
-	}
-	d, err := statedir.Open(o.StateDir, "procfault-")
+	d, err := statedir.OpenFor("procfault", f.ID, o.StateDir)
 	if err != nil {
-		return nil, fmt.Errorf("procfault: %w", err)
+		return nil, err
 	}
 	log := o.Logger
 	if log == nil {

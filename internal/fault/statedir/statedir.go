@@ -220,6 +220,21 @@ func Decode(b []byte, v any) error {
 	return nil
 }
 
+// OpenFor opens the directory where package pkg's injector of faultID
+// records its injections (Open with the prefix "pkg-"), and refuses an
+// empty path: an injector that could not record what it did must not act,
+// since nothing would recover it after a crash.
+func OpenFor(pkg, faultID, path string) (*Dir, error) {
+	if path == "" {
+		return nil, fmt.Errorf("%s: %s needs a state directory to recover after a crash", pkg, faultID)
+	}
+	d, err := Open(path, pkg+"-")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", pkg, err)
+	}
+	return d, nil
+}
+
 // CheckHeader refuses a decoded record of another layout version than
 // want, or one without its key: the checks every package's parser starts
 // with before its own.

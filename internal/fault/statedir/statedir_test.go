@@ -388,3 +388,21 @@ func TestCheckHeader(t *testing.T) {
 		}
 	}
 }
+
+func TestOpenFor(t *testing.T) {
+	if _, err := OpenFor("pkg", "workload.kill-rank", ""); err == nil || err.Error() != "pkg: workload.kill-rank needs a state directory to recover after a crash" {
+		t.Errorf("OpenFor without a path: %v", err)
+	}
+	path := filepath.Join(t.TempDir(), "made")
+	d, err := OpenFor("pkg", "workload.kill-rank", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Write("k", map[string]int{"version": 1}); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(path)
+	if err != nil || len(ents) != 1 || !strings.HasPrefix(ents[0].Name(), "pkg-") {
+		t.Errorf("records in %s: %v, %v; want one named pkg-…", path, ents, err)
+	}
+}

@@ -63,9 +63,6 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
 	if err := fault.CheckMechanism("storagefault", f, m, map[string]string{FaultID: MechanismBPF}); err != nil {
 		return nil, err
 	}
-	if o.StateDir == "" {
-		return nil, fmt.Errorf("mechanism %s of %s needs a state directory to recover from a crash", m.Name, f.ID)
-	}
 	if o.Mountinfo == "" {
 		o.Mountinfo = DefaultMountinfo
 	}
@@ -74,9 +71,9 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		}
 	}
-	d, err := statedir.Open(o.StateDir, "storagefault-")
+	d, err := statedir.OpenFor("storagefault", f.ID, o.StateDir)
 	if err != nil {
-		return nil, fmt.Errorf("storagefault: %w", err)
+		return nil, err
 	}
 	return &Injector{fault: f, mech: m.Name, opts: o, dir: d}, nil
 }
