@@ -113,7 +113,10 @@ func (r *rank) assertRunning(t *testing.T) {
 // the same CPU whenever it runs; when other work (other test packages)
 // takes CPUs away, the scheduler favours a rank that was stopped over one
 // that ran, so the paced rate comes out high. An attempt in which the
-// CPU-bound rank got under 0.85 CPU unpaced therefore does not count, up
+// CPU-bound rank got under 0.85 CPU unpaced, or under 0.85 of a CPU for
+// the time it ran paced (CI saw 0.15 CPU over a 0.233 running share, a
+// step ratio of 0.164 against 0.25, with the real training job of
+// another package's test on the same two cores), therefore does not count, up
 // to three are made, and when none was uncontended the case is skipped
 // with the figures logged.
 func TestDutyCycleSlowsTheRank(t *testing.T) {
@@ -151,7 +154,8 @@ func TestDutyCycleSlowsTheRank(t *testing.T) {
 					r.assertRunning(t)
 					after := r.measure(t, 5, 600*time.Millisecond)
 					ratio := during.rate / before.rate
-					contended := kind.cpuBound && (before.cpus < 0.85 || after.cpus < 0.85)
+					// Paced, the rank should have had a whole CPU while it ran.
+					contended := kind.cpuBound && (before.cpus < 0.85 || after.cpus < 0.85 || during.cpus < 0.85*running)
 					t.Logf("attempt %d, %s rank, slowdown %.0f: %.0f steps/s on %.2f CPUs unpaced, %.0f on %.2f paced, %.0f on %.2f after recovery; "+
 						"paced/unpaced %.3f (want %.3f ± 20%%, got %.0f%% of it), running %.3f of the time, after/unpaced %.2f%s",
 						attempt, kind.name, slowdown, before.rate, before.cpus, during.rate, during.cpus, after.rate, after.cpus,
