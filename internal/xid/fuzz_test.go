@@ -2,8 +2,11 @@ package xid
 
 import (
 	"bufio"
+	"bytes"
+	"io"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -103,4 +106,69 @@ func hexN(v uint64, n int) string {
 		v >>= 4
 	}
 	return string(b)
+}
+
+// FuzzParse checks the line reader against the obvious reading of its
+// input: split at newlines, cut each line to the bound, ParseLine each. The
+// bound is small (1-256 bytes) so that fuzzed inputs cross it, and the input
+// arrives in pieces of a fuzzed size so that lines straddle reads.
+func FuzzParse(f *testing.F) {
+	paths, _ := filepath.Glob("testdata/*.log")
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b, uint8(80), uint8(7))
+	}
+	f.Add([]byte("[ 1.0] NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=a, x\n\x00\x00\x00\nSXid (PCI:0000:05:00.0): 12028, Non-fatal"), uint8(20), uint8(0))
+	f.Add([]byte(strings.Repeat("y", 300)+"\n"), uint8(255), uint8(1))
+	f.Fuzz(func(t *testing.T, in []byte, bound, piece uint8) {
+		maxLine := int(bound) + 1
+		var want []Event
+		var wantSt Stats
+		lines := bytes.Split(in, []byte("\n"))
+		if len(lines[len(lines)-1]) == 0 {
+			lines = lines[:len(lines)-1] // no unfinished last line
+		}
+		for _, l := range lines {
+			wantSt.Lines++
+			if len(l) > maxLine {
+				wantSt.Cut++
+				l = l[:maxLine]
+			}
+			if ev, ok := ParseLine(string(l)); ok {
+				want = append(want, ev)
+			}
+		}
+		var got []Event
+		st, err := parse(&pieceReader{b: in, n: int(piece) + 1}, maxLine, func(ev Event) error {
+			got = append(got, ev)
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("parse: %v", err)
+		}
+		if st != wantSt {
+			t.Errorf("stats = %+v, want %+v", st, wantSt)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("events differ from ParseLine over each cut line:\n got %+v\nwant %+v", got, want)
+		}
+	})
+}
+
+// pieceReader returns b at most n bytes per Read.
+type pieceReader struct {
+	b []byte
+	n int
+}
+
+func (r *pieceReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), r.n)], r.b)
+	r.b = r.b[n:]
+	return n, nil
 }

@@ -48,48 +48,81 @@ type Event struct {
 	Time string `json:"time,omitempty"`
 }
 
-// maxLine bounds the bytes of one line Parse keeps. Kernel records are far
-// shorter (printk caps them near 1 KiB); the bound only keeps a stray
-// binary or newline-free input from taking all memory. The rest of a longer
-// line is skipped.
-const maxLine = 1 << 20
+// MaxLine is the longest line Parse reads whole: 64 KiB. A /dev/kmsg
+// record holds at most about 1 KiB of text (8 KiB once escaped), a dmesg,
+// journalctl or syslog line a few KiB; anything longer is binary or broken
+// input (a log file with a run of NUL bytes after a crash, /dev/zero).
+// Parse looks for an XID only in the first MaxLine bytes of such a line and
+// skips the rest without keeping it, so its memory stays within one line
+// however long the line runs.
+const MaxLine = 64 << 10
+
+// Stats counts what Parse read.
+type Stats struct {
+	// Lines is how many lines Parse read, an unfinished last one included.
+	Lines int64
+	// Cut is how many of those lines were longer than MaxLine and were
+	// parsed from their first MaxLine bytes only. A line still running
+	// when Parse returns (an endless one, cut off by a read error) counts.
+	Cut int64
+}
 
 // Parse reads kernel log text from r and calls emit for each XID or SXid
-// line in it, in order. Lines that are not XIDs are skipped. It stops at the
-// first error from r or from emit and returns it wrapped with the line
-// number.
-func Parse(r io.Reader, emit func(Event) error) error {
-	br := bufio.NewReaderSize(r, 64<<10)
-	var buf []byte
-	n := 0
+// line in it, in order. Lines that are not XIDs are skipped; lines longer
+// than MaxLine are cut (see Stats.Cut). It stops at the first error from r
+// or from emit and returns it wrapped with the line number, with the counts
+// so far: a reader that returns an error when its caller gives up (a
+// context ended) thus stops Parse at once.
+func Parse(r io.Reader, emit func(Event) error) (Stats, error) {
+	return parse(r, MaxLine, emit)
+}
+
+// parse is Parse with the line bound as a parameter, for the fuzz target to
+// reach it with small inputs.
+func parse(r io.Reader, maxLine int, emit func(Event) error) (Stats, error) {
+	// With room for one byte more than the longest whole line, a full
+	// buffer without a newline can only be a line to cut, and a whole line
+	// is parsed in place from bufio's buffer, never copied.
+	br := bufio.NewReaderSize(r, maxLine+1)
+	var st Stats
 	for {
 		frag, err := br.ReadSlice('\n')
-		if room := maxLine - len(buf); room > 0 {
-			if len(frag) > room {
-				frag = frag[:room]
+		if len(frag) == 0 {
+			if errors.Is(err, io.EOF) {
+				return st, nil
 			}
-			buf = append(buf, frag...)
+			if err != nil {
+				return st, fmt.Errorf("xid: read line %d: %w", st.Lines+1, err)
+			}
 		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
+		st.Lines++
+		line := frag
+		if err == nil {
+			line = line[:len(line)-1]
 		}
-		if len(buf) > 0 {
-			n++
-			// Most kernel lines are not XIDs: look before converting.
-			if bytes.Contains(buf, []byte("Xid")) {
-				if ev, ok := ParseLine(string(buf)); ok {
-					if eerr := emit(ev); eerr != nil {
-						return fmt.Errorf("xid: line %d: %w", n, eerr)
-					}
+		long := errors.Is(err, bufio.ErrBufferFull) || len(line) > maxLine
+		if long {
+			st.Cut++
+			line = line[:min(len(line), maxLine)]
+		}
+		// Most kernel lines are not XIDs: look before converting.
+		if bytes.Contains(line, []byte("Xid")) {
+			if ev, ok := ParseLine(string(line)); ok {
+				if eerr := emit(ev); eerr != nil {
+					return st, fmt.Errorf("xid: line %d: %w", st.Lines, eerr)
 				}
 			}
-			buf = buf[:0]
+		}
+		// The rest of a cut line goes through bufio's buffer and is
+		// dropped; an endless one keeps Parse here until r fails.
+		for errors.Is(err, bufio.ErrBufferFull) {
+			_, err = br.ReadSlice('\n')
 		}
 		if errors.Is(err, io.EOF) {
-			return nil
+			return st, nil
 		}
 		if err != nil {
-			return fmt.Errorf("xid: read line %d: %w", n+1, err)
+			return st, fmt.Errorf("xid: read line %d: %w", st.Lines, err)
 		}
 	}
 }

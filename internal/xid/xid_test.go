@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -270,7 +271,7 @@ func TestGolden(t *testing.T) {
 			defer f.Close()
 			var out bytes.Buffer
 			enc := json.NewEncoder(&out)
-			if err := Parse(f, func(ev Event) error { return enc.Encode(ev) }); err != nil {
+			if _, err := Parse(f, func(ev Event) error { return enc.Encode(ev) }); err != nil {
 				t.Fatalf("Parse: %v", err)
 			}
 			golden := strings.TrimSuffix(path, ".log") + ".golden.jsonl"
@@ -298,7 +299,7 @@ func TestNotXIDProducesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	err = Parse(f, func(ev Event) error {
+	_, err = Parse(f, func(ev Event) error {
 		t.Errorf("unexpected event %+v", ev)
 		return nil
 	})
@@ -309,8 +310,8 @@ func TestNotXIDProducesNothing(t *testing.T) {
 
 func TestParseStream(t *testing.T) {
 	t.Parallel()
-	long := strings.Repeat("x", 200<<10) // longer than bufio's default buffer
-	huge := strings.Repeat("y", maxLine+10)
+	long := strings.Repeat("x", MaxLine-100) // longer than bufio's default buffer, within the bound
+	huge := strings.Repeat("y", MaxLine+10)
 	in := strings.Join([]string{
 		"[ 1.0] " + long,
 		"[ 2.0] NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=a, " + long,
@@ -319,8 +320,12 @@ func TestParseStream(t *testing.T) {
 		"[ 4.0] NVRM: Xid (PCI:0000:3b:00): 48, no trailing newline",
 	}, "\n")
 	var got []Event
-	if err := Parse(strings.NewReader(in), func(ev Event) error { got = append(got, ev); return nil }); err != nil {
+	st, err := Parse(strings.NewReader(in), func(ev Event) error { got = append(got, ev); return nil })
+	if err != nil {
 		t.Fatal(err)
+	}
+	if st != (Stats{Lines: 5, Cut: 1}) {
+		t.Errorf("stats = %+v, want 5 lines, 1 cut", st)
 	}
 	var codes []int
 	for _, ev := range got {
@@ -337,14 +342,92 @@ func TestParseStream(t *testing.T) {
 	}
 
 	stop := errors.New("stop")
-	err := Parse(strings.NewReader(in), func(Event) error { return stop })
+	_, err = Parse(strings.NewReader(in), func(Event) error { return stop })
 	if !errors.Is(err, stop) || !strings.Contains(err.Error(), "line 2") {
 		t.Errorf("emit error = %v, want it wrapped with line 2", err)
 	}
-	err = Parse(iotestErrReader{}, func(Event) error { return nil })
+	_, err = Parse(iotestErrReader{}, func(Event) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), "read line 1") {
 		t.Errorf("read error = %v", err)
 	}
+}
+
+// TestParseCutsLongLines checks where the line bound falls and what a cut
+// line still yields: the XID in its first MaxLine bytes, nothing after.
+func TestParseCutsLongLines(t *testing.T) {
+	t.Parallel()
+	const xidLine = "NVRM: Xid (PCI:0000:3b:00): 13, pid=1, name=a, "
+	pad := func(n int) string { return strings.Repeat("z", n) }
+	tests := []struct {
+		name  string
+		in    string
+		codes []int
+		want  Stats
+	}{
+		{name: "exactly MaxLine", in: xidLine + pad(MaxLine-len(xidLine)) + "\n", codes: []int{13}, want: Stats{Lines: 1}},
+		{name: "exactly MaxLine, no newline", in: xidLine + pad(MaxLine-len(xidLine)), codes: []int{13}, want: Stats{Lines: 1}},
+		{name: "one byte over", in: xidLine + pad(MaxLine-len(xidLine)+1) + "\n", codes: []int{13}, want: Stats{Lines: 1, Cut: 1}},
+		{name: "XID past the bound is not seen", in: pad(MaxLine) + xidLine + "\n", want: Stats{Lines: 1, Cut: 1}},
+		{name: "XID straddling the bound is not seen", in: pad(MaxLine-10) + xidLine + "\n", want: Stats{Lines: 1, Cut: 1}},
+		{name: "the line after a cut one is whole", in: pad(3*MaxLine) + "\n" + xidLine + "\n", codes: []int{13}, want: Stats{Lines: 2, Cut: 1}},
+		{name: "three cut lines", in: strings.Repeat(pad(MaxLine+1)+"\n", 3), want: Stats{Lines: 3, Cut: 3}},
+		{name: "NUL bytes are not newlines", in: strings.Repeat("\x00", 5*MaxLine), want: Stats{Lines: 1, Cut: 1}},
+		{name: "empty lines count", in: "\n\n" + xidLine + "\n", codes: []int{13}, want: Stats{Lines: 3}},
+		{name: "empty input", want: Stats{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var codes []int
+			st, err := Parse(strings.NewReader(tt.in), func(ev Event) error { codes = append(codes, ev.Code); return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st != tt.want || !slices.Equal(codes, tt.codes) {
+				t.Errorf("Parse = %+v, codes %v; want %+v, codes %v", st, codes, tt.want, tt.codes)
+			}
+		})
+	}
+}
+
+// TestParseEndlessLine reads 256 MiB of one line of NUL bytes, as from
+// /dev/zero, and checks that Parse keeps no more than about one line of it
+// and stops with the reader's error, counting the line as cut.
+func TestParseEndlessLine(t *testing.T) {
+	t.Parallel()
+	errGaveUp := errors.New("gave up")
+	r := &zeroReader{left: 256 << 20, err: errGaveUp}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	st, err := Parse(r, func(ev Event) error { t.Errorf("event %+v from zeros", ev); return nil })
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, errGaveUp) || !strings.Contains(err.Error(), "read line 1") {
+		t.Errorf("Parse = %v, want the reader's error at line 1", err)
+	}
+	if st != (Stats{Lines: 1, Cut: 1}) {
+		t.Errorf("stats = %+v, want 1 line, 1 cut", st)
+	}
+	// TotalAlloc only grows; other tests running in parallel can add to
+	// it, but not 256 MiB worth.
+	if got := after.TotalAlloc - before.TotalAlloc; got > 16<<20 {
+		t.Errorf("Parse allocated %d bytes over an endless line; want about one line's worth (%d)", got, MaxLine)
+	}
+}
+
+// zeroReader returns left NUL bytes, then err.
+type zeroReader struct {
+	left int
+	err  error
+}
+
+func (z *zeroReader) Read(p []byte) (int, error) {
+	if z.left == 0 {
+		return 0, z.err
+	}
+	n := min(len(p), z.left)
+	clear(p[:n])
+	z.left -= n
+	return n, nil
 }
 
 type iotestErrReader struct{}
@@ -380,7 +463,7 @@ func BenchmarkParse(b *testing.B) {
 	b.ResetTimer()
 	for b.Loop() {
 		n := 0
-		if err := Parse(strings.NewReader(in), func(Event) error { n++; return nil }); err != nil || n != 1000 {
+		if _, err := Parse(strings.NewReader(in), func(Event) error { n++; return nil }); err != nil || n != 1000 {
 			b.Fatalf("n=%d err=%v", n, err)
 		}
 	}
