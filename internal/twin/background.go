@@ -79,7 +79,7 @@ func (t *Twin) backgroundFailure() {
 	}
 	t.bgCount++
 	key := "background/" + strconv.Itoa(t.bgCount) + "/" + class
-	if err := t.Apply(key, ref, effects); err != nil {
+	if err := t.apply(key, ref, effects); err != nil {
 		return // the target vanished under another fault; nothing to repair
 	}
 	t.schedule(max(repair, time.Second), evRepair, 0, 0, key)

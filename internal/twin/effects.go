@@ -37,7 +37,24 @@ type application struct {
 // applied is a no-op; after Revert the key may be applied again. Errors
 // wrap ErrUnknownTarget when ref is not in the inventory and ErrTargetGone
 // when its GPU has fallen off the bus; nothing is applied then.
+//
+// The first Apply that succeeds pins the history: from then on Sleep keeps
+// every sample from the retention before it onward (Options.Retention), so
+// an experiment's probes can read back to their baselines until it ends.
 func (t *Twin) Apply(key string, ref target.Ref, effects []catalog.Effect) error {
+	if err := t.apply(key, ref, effects); err != nil {
+		return err
+	}
+	if !t.pinned {
+		t.pinned, t.pin = true, t.now
+	}
+	return nil
+}
+
+// apply is Apply without the pin, for the twin's own background failures:
+// they are part of the cluster's life, not an experiment to keep history
+// for.
+func (t *Twin) apply(key string, ref target.Ref, effects []catalog.Effect) error {
 	if _, ok := t.applied[key]; ok {
 		return nil
 	}

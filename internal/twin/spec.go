@@ -244,11 +244,25 @@ func Default() ClusterSpec {
 	return s
 }
 
-// LoadClusterSpec reads and parses a cluster spec file.
+// LoadClusterSpec reads and parses a cluster spec file of at most
+// MaxClusterSpecBytes. The size is checked before reading, and reading stops
+// past it too, so a device or a pipe (/dev/zero) cannot fill memory.
 func LoadClusterSpec(path string) (ClusterSpec, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return ClusterSpec{}, fmt.Errorf("load cluster spec: %w", err)
+	}
+	defer f.Close()
+	tooBig := fmt.Errorf("load cluster spec: %s: larger than the limit of %d KiB", path, MaxClusterSpecBytes>>10)
+	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > MaxClusterSpecBytes {
+		return ClusterSpec{}, tooBig
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxClusterSpecBytes+1))
+	if err != nil {
+		return ClusterSpec{}, fmt.Errorf("load cluster spec: %w", err)
+	}
+	if len(data) > MaxClusterSpecBytes {
+		return ClusterSpec{}, tooBig
 	}
 	return ParseClusterSpec(data, path)
 }
@@ -296,7 +310,7 @@ func (s *ClusterSpec) normalize() error {
 	if s.AmbientCelsius == 0 {
 		s.AmbientCelsius = 25
 	}
-	if s.AmbientCelsius < -20 || s.AmbientCelsius > 60 {
+	if !(s.AmbientCelsius >= -20 && s.AmbientCelsius <= 60) {
 		return fieldErr("ambientCelsius", "%g °C is outside -20..60", s.AmbientCelsius)
 	}
 	if err := defaultDuration(&s.ThermalTimeConstant, 90*time.Second, "thermalTimeConstant"); err != nil {
@@ -320,8 +334,8 @@ func (s *ClusterSpec) normalize() error {
 	if s.Storage.BandwidthGBps == 0 {
 		s.Storage.BandwidthGBps = 10
 	}
-	if !(s.Storage.BandwidthGBps > 0) {
-		return fieldErr("storage.bandwidthGBps", "must be positive, got %g", s.Storage.BandwidthGBps)
+	if !positive(s.Storage.BandwidthGBps) {
+		return fieldErr("storage.bandwidthGBps", "must be a finite positive number, got %g", s.Storage.BandwidthGBps)
 	}
 	if err := s.Variability.normalize(); err != nil {
 		return err
@@ -329,6 +343,7 @@ func (s *ClusterSpec) normalize() error {
 	if s.FailureRates == nil {
 		s.FailureRates = DefaultFailureRates()
 	}
+	total := 0.0
 	for _, k := range sortedKeys(s.FailureRates) {
 		v := s.FailureRates[k]
 		if !slices.Contains(FailureClasses(), k) {
@@ -337,13 +352,20 @@ func (s *ClusterSpec) normalize() error {
 		if !(v >= 0) || math.IsInf(v, 0) {
 			return fieldErr("failureRates."+k, "rate must be a non-negative number per GPU-hour, got %g", v)
 		}
+		if v > MaxFailureRate {
+			return fieldErr("failureRates."+k, "%g per GPU-hour is over the limit of %g (a failure every GPU-hour; Llama 3's fleet saw 2e-5)", v, MaxFailureRate)
+		}
+		total += v
+	}
+	if total > MaxFailureRate {
+		return fieldErr("failureRates", "%g per GPU-hour in all is over the limit of %g (a failure every GPU-hour; Llama 3's fleet saw 2e-5)", total, MaxFailureRate)
 	}
 	if err := s.Exporter.normalize(); err != nil {
 		return err
 	}
-	total := 0
+	gpus := 0
 	for _, n := range s.Nodes.List {
-		total += n.GPUs
+		gpus += n.GPUs
 	}
 	minMem := math.Inf(1)
 	for _, n := range s.Nodes.List {
@@ -355,7 +377,7 @@ func (s *ClusterSpec) normalize() error {
 	for i := range s.Jobs {
 		j := &s.Jobs[i]
 		f := fmt.Sprintf("jobs[%d]", i)
-		if err := j.normalize(f, total-used, minMem); err != nil {
+		if err := j.normalize(f, gpus-used, minMem); err != nil {
 			return err
 		}
 		if names[j.Name] {
@@ -387,8 +409,8 @@ func (n *NodesSpec) normalize() error {
 		n.NodesPerNVLinkDomain = 1
 	}
 	switch {
-	case n.GPUsPerNode < 0 || n.GPUsPerNode > 72:
-		return fieldErr("nodes.gpusPerNode", "%d is outside 1..72", n.GPUsPerNode)
+	case n.GPUsPerNode < 0 || n.GPUsPerNode > MaxGPUsPerNode:
+		return fieldErr("nodes.gpusPerNode", "%d is outside 1..%d", n.GPUsPerNode, MaxGPUsPerNode)
 	case n.NUMASockets < 0:
 		return fieldErr("nodes.numaSockets", "must be positive, got %d", n.NUMASockets)
 	case n.NodesPerRack < 0:
@@ -404,15 +426,23 @@ func (n *NodesSpec) normalize() error {
 		if n.Count == 0 {
 			n.Count = 2
 		}
-		if n.Count < 0 || n.Count > 100000 {
-			return fieldErr("nodes.count", "%d is outside 1..100000", n.Count)
+		// Checked before the list is made: the count sizes it.
+		if n.Count < 0 || n.Count > MaxGPUs {
+			return fieldErr("nodes.count", "%d is outside 1..%d", n.Count, MaxGPUs)
+		}
+		if g := n.Count * n.GPUsPerNode; g > MaxGPUs {
+			return fieldErr("nodes.count", "%d nodes of %d GPUs are %d GPUs, over the limit of %d", n.Count, n.GPUsPerNode, g, MaxGPUs)
 		}
 		n.List = make([]NodeSpec, n.Count)
 	} else if n.Count != 0 && n.Count != len(n.List) {
 		return fieldErr("nodes.count", "is %d but nodes.list has %d entries", n.Count, len(n.List))
 	}
+	if len(n.List) > MaxGPUs {
+		return fieldErr("nodes.list", "%d nodes, over the limit of %d GPUs", len(n.List), MaxGPUs)
+	}
 	n.Count = len(n.List)
 	seen := map[string]bool{}
+	gpus := 0
 	for i := range n.List {
 		e := &n.List[i]
 		f := fmt.Sprintf("nodes.list[%d]", i)
@@ -426,8 +456,11 @@ func (n *NodesSpec) normalize() error {
 		if e.GPUs == 0 {
 			e.GPUs = n.GPUsPerNode
 		}
-		if e.GPUs < 0 || e.GPUs > 72 {
-			return fieldErr(f+".gpus", "%d is outside 1..72", e.GPUs)
+		if e.GPUs < 0 || e.GPUs > MaxGPUsPerNode {
+			return fieldErr(f+".gpus", "%d is outside 1..%d", e.GPUs, MaxGPUsPerNode)
+		}
+		if gpus += e.GPUs; gpus > MaxGPUs {
+			return fieldErr(f+".gpus", "brings the cluster to %d GPUs, over the limit of %d", gpus, MaxGPUs)
 		}
 		if e.Model == "" {
 			e.Model = n.Model
@@ -476,8 +509,8 @@ func (n *NetworkSpec) normalize() error {
 		n.PCIeFallbackFactor = 0.09
 	}
 	switch {
-	case !(n.NodeBandwidthGBps > 0):
-		return fieldErr("network.nodeBandwidthGBps", "must be positive, got %g", n.NodeBandwidthGBps)
+	case !positive(n.NodeBandwidthGBps):
+		return fieldErr("network.nodeBandwidthGBps", "must be a finite positive number, got %g", n.NodeBandwidthGBps)
 	case n.Latency < 0:
 		return fieldErr("network.latency", "must not be negative, got %s", n.Latency)
 	case !(n.CollectiveEfficiency > 0 && n.CollectiveEfficiency <= 1):
@@ -565,7 +598,7 @@ func (j *JobSpec) normalize(f string, free int, minMemGiB float64) error {
 	if j.Ranks > free {
 		return fieldErr(f+".ranks", "%d ranks but only %d GPUs are free", j.Ranks, free)
 	}
-	if j.FLOPsPerStep < 0 || j.MFU < 0 || j.MFU > 1 {
+	if !(j.FLOPsPerStep >= 0 && !math.IsInf(j.FLOPsPerStep, 0) && j.MFU >= 0 && j.MFU <= 1) {
 		return fieldErr(f+".mfu", "flopsPerStep must be ≥ 0 and mfu in (0,1]")
 	}
 	if j.FLOPsPerStep > 0 && j.MFU == 0 {
@@ -591,8 +624,8 @@ func (j *JobSpec) normalize(f string, free int, minMemGiB float64) error {
 	if j.GradientBytes == 0 {
 		j.GradientBytes = 7e9
 	}
-	if !(j.GradientBytes > 0) {
-		return fieldErr(f+".gradientBytes", "must be positive, got %g", j.GradientBytes)
+	if !positive(j.GradientBytes) {
+		return fieldErr(f+".gradientBytes", "must be a finite positive number, got %g", j.GradientBytes)
 	}
 	if j.MemoryGiB == 0 {
 		j.MemoryGiB = math.Round(0.6 * minMemGiB)
@@ -606,8 +639,8 @@ func (j *JobSpec) normalize(f string, free int, minMemGiB float64) error {
 	if j.CheckpointGB == 0 {
 		j.CheckpointGB = 50
 	}
-	if !(j.CheckpointGB > 0) {
-		return fieldErr(f+".checkpointGB", "must be positive, got %g", j.CheckpointGB)
+	if !positive(j.CheckpointGB) {
+		return fieldErr(f+".checkpointGB", "must be a finite positive number, got %g", j.CheckpointGB)
 	}
 	if j.CheckpointMode == "" {
 		j.CheckpointMode = CheckpointAsync
@@ -702,6 +735,10 @@ func pathAtLine(n *yaml.Node, line int, want, path string) string {
 	}
 	return ""
 }
+
+// positive reports whether x is a finite number above zero: an infinite
+// bandwidth or size would turn into a duration that overflows.
+func positive(x float64) bool { return x > 0 && !math.IsInf(x, 1) }
 
 func defaultDuration(d *time.Duration, def time.Duration, field string) error {
 	if *d == 0 {

@@ -43,6 +43,14 @@ type Options struct {
 	// BackgroundFailures turns on random failures at the spec's rates per
 	// GPU-hour (off by default so experiments are clean).
 	BackgroundFailures bool
+	// Retention is how much sample and kernel-log history Sleep keeps
+	// behind the clock; zero means DefaultRetention, negative keeps
+	// everything. History from Retention before the first fault applied
+	// with Apply onward is never dropped, so an experiment's probes read
+	// from their baselines before injection to its end: memory follows
+	// Retention plus the experiment's own span, not the length of the
+	// warm-up.
+	Retention time.Duration
 }
 
 // Twin is a simulated cluster on a virtual clock. It is not safe for
@@ -68,6 +76,16 @@ type Twin struct {
 
 	store seriesStore
 	logs  []LogLine
+
+	// retention is Options.Retention resolved (negative: keep everything);
+	// Sleep trims every trimEvery, trimmed being the virtual time of the
+	// last trim. pinned is set by the first Apply, at pin: history from
+	// retention before it is kept for the experiment.
+	retention time.Duration
+	trimEvery time.Duration
+	trimmed   time.Duration
+	pinned    bool
+	pin       time.Duration
 
 	failRNG    *rand.Rand
 	background bool
@@ -105,14 +123,26 @@ func New(opts Options) (*Twin, error) {
 		byJob:      map[string]*job{},
 		applied:    map[string]*application{},
 		background: opts.BackgroundFailures,
+		retention:  opts.Retention,
 		// Separate streams, so that turning background failures on does
 		// not change the variability a seed draws.
 		failRNG: rand.New(rand.NewPCG(opts.Seed, 0x6661696c)), // "fail"
 	}
 	t.thermalDecay = math.Exp(-spec.PhysicsStep.Seconds() / spec.ThermalTimeConstant.Seconds())
+	if opts.ScrapeInterval < 0 || opts.ScrapeInterval > 0 && opts.ScrapeInterval < time.Second {
+		// As exporter.scrapeInterval: each scrape appends a sample to every
+		// series, so a nanosecond interval would fill memory at once.
+		return nil, fmt.Errorf("new twin: scrape interval %s is shorter than 1s", opts.ScrapeInterval)
+	}
 	if opts.ScrapeInterval > 0 {
 		t.scrape = opts.ScrapeInterval
 	}
+	if t.retention == 0 {
+		t.retention = DefaultRetention
+	}
+	// Never more often than a scrape: between two scrapes nothing new
+	// has been kept, so a tiny retention cannot make every event a trim.
+	t.trimEvery = max(t.retention/trimFraction, t.scrape)
 	if err := t.build(); err != nil {
 		return nil, fmt.Errorf("new twin: %w", err)
 	}
@@ -143,6 +173,12 @@ func (t *Twin) Now() time.Time { return t.start.Add(t.now) }
 // order. It returns ctx.Err() if ctx is done; the context is checked between
 // events (at least once per physics step, 1s simulated by default), and the
 // clock then stays at the last processed event.
+//
+// As it goes, Sleep drops samples and kernel log lines older than the
+// retention (Options.Retention), every twentieth of it, so a long warm-up
+// holds no more than a short one; the newest sample of every series stays,
+// as with Trim. A trimmed series gets a new sample
+// slice: slices read before Sleep stay as they were.
 func (t *Twin) Sleep(ctx context.Context, d time.Duration) error {
 	if d < 0 {
 		return fmt.Errorf("sleep: negative duration %s", d)
@@ -155,6 +191,9 @@ func (t *Twin) Sleep(ctx context.Context, d time.Duration) error {
 		ev := t.events.pop()
 		t.now = ev.at
 		t.handle(ev)
+		if t.retention > 0 && t.now-t.trimmed >= t.trimEvery {
+			t.autoTrim()
+		}
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -322,6 +361,11 @@ func (t *Twin) handle(ev event) {
 }
 
 func (t *Twin) log(n *node, prio int, text string) {
+	if len(t.logs) >= MaxLogLines {
+		// A ring buffer's worth is kept; dropping a batch at once, not a
+		// line per line, keeps the copying amortised.
+		t.logs = slices.Clone(t.logs[len(t.logs)-MaxLogLines+MaxLogLines/8:])
+	}
 	t.logs = append(t.logs, LogLine{Time: t.Now(), Node: n.name, Priority: prio, Text: text})
 }
 
