@@ -14,6 +14,9 @@
 // are not printable, and the backslash, are escaped as \xNN. A new reader
 // starts at the oldest record still in the ring buffer; Open seeks to the
 // end instead, so a follower sees only what is logged after it started.
+// OpenReader keeps the start and hands the records on as text; unless it
+// follows, it ends where a non-blocking read fails with EAGAIN, the
+// device's way of saying the reader has caught up.
 // When the ring buffer overwrites records a reader has not read yet, the
 // next read fails with EPIPE and the reader continues from the oldest
 // record left; the gap in sequence numbers says how many were lost, and the
