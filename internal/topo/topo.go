@@ -79,9 +79,11 @@ var (
 	linkRE = regexp.MustCompile(`^[A-Z]+[0-9]*$`)
 )
 
-// maxInput bounds what Parse reads; real output is a few KiB even on large
-// boxes.
-const maxInput = 8 << 20
+// MaxInput is the most Parse reads: 1 MiB. nvidia-smi topo -m prints a few
+// KiB even on a box of 8 GPUs and 10 NICs (about 150 bytes a row); the
+// bound keeps a wrong input (a binary, /dev/zero, an endless pipe) from
+// being read without end, and bounds every line with it.
+const MaxInput = 1 << 20
 
 // column is one header column.
 type column struct {
@@ -93,12 +95,12 @@ type column struct {
 // legend after the matrix are skipped, except the NIC legend, which names
 // the NICs. Errors name the line at fault.
 func Parse(r io.Reader) (*Matrix, error) {
-	data, err := io.ReadAll(io.LimitReader(r, maxInput+1))
+	data, err := io.ReadAll(io.LimitReader(r, MaxInput+1))
 	if err != nil {
 		return nil, fmt.Errorf("topo: read: %w", err)
 	}
-	if len(data) > maxInput {
-		return nil, fmt.Errorf("topo: input larger than %d bytes, not nvidia-smi topo -m output", maxInput)
+	if len(data) > MaxInput {
+		return nil, fmt.Errorf("topo: input over the limit of %d bytes (1 MiB); nvidia-smi topo -m prints a few KiB", MaxInput)
 	}
 	data = ansiRE.ReplaceAll(data, nil)
 	lines := strings.Split(string(bytes.ReplaceAll(data, []byte("\r"), nil)), "\n")

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -186,12 +187,43 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
-func TestParseTooLarge(t *testing.T) {
+func TestParseInputBound(t *testing.T) {
 	t.Parallel()
-	_, err := Parse(strings.NewReader(strings.Repeat(" ", maxInput+1)))
-	if err == nil || !strings.Contains(err.Error(), "larger than") {
-		t.Errorf("error = %v", err)
+	const matrix = "\tGPU0\tGPU1\nGPU0\t X \tSYS\nGPU1\tSYS\t X \n\nLegend:\n"
+	pad := func(n int) string { return strings.Repeat(" ", n-len(matrix)) }
+	tests := []struct {
+		name string
+		r    io.Reader
+		err  bool
+	}{
+		{"exactly the limit", strings.NewReader(matrix + pad(MaxInput)), false},
+		{"one byte over", strings.NewReader(matrix + pad(MaxInput+1)), true},
+		{"endless", &endless{}, true},
 	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := Parse(tt.r)
+			if tt.err != (err != nil) {
+				t.Fatalf("Parse = %v, want error %v", err, tt.err)
+			}
+			if err != nil && !strings.Contains(err.Error(), "over the limit of 1048576 bytes") {
+				t.Errorf("error %q does not name the limit", err)
+			}
+			if e, ok := tt.r.(*endless); ok && e.n > MaxInput+64<<10 {
+				t.Errorf("read %d bytes of an endless input, want about the limit", e.n)
+			}
+		})
+	}
+}
+
+// endless reads NUL bytes for ever, counting them.
+type endless struct{ n int }
+
+func (e *endless) Read(p []byte) (int, error) {
+	clear(p)
+	e.n += len(p)
+	return len(p), nil
 }
 
 func TestJSONShape(t *testing.T) {
