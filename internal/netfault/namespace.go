@@ -89,27 +89,57 @@ func dial(pid int) (*conn, error) {
 
 var errNoProcess = errors.New("no such process")
 
-// redial opens the namespace a change was planned in, and fails with
-// ErrGone when it no longer exists: its process exited, or the pid now
-// belongs to a process in another namespace.
+// redial opens the namespace a change was planned in. The process it was
+// found through may have exited, or its pid be another process's now, while
+// the namespace lives on (a pod's namespace outlives a restarting
+// container, a named namespace outlives every process): then it is found
+// by its inode wherever something still holds it. It fails with ErrGone
+// only when nothing does, the proof in the error's text.
 func redial(want Namespace) (*conn, error) {
 	c, err := dial(want.PID)
-	if errors.Is(err, errNoProcess) {
-		return nil, fmt.Errorf("%s: process exited: %w", want, ErrGone)
-	}
-	if err != nil {
+	if err != nil && !errors.Is(err, errNoProcess) {
 		return nil, err
 	}
-	if c.id.Dev != want.Dev || c.id.Inode != want.Inode {
+	if err == nil && c.id.Dev == want.Dev && c.id.Inode == want.Inode {
+		return c, nil
+	}
+	if c != nil {
 		c.Close()
 		if want.PID == 0 {
 			// This process moved; the namespace may well live on, but it
-			// cannot be reached from here.
+			// is not ours to search for: it was the caller's own.
 			return nil, fmt.Errorf("%s is not this process's namespace (%d:%d) any more", want, c.id.Dev, c.id.Inode)
 		}
-		return nil, fmt.Errorf("%s: pid now lives in namespace %d:%d: %w", want, c.id.Dev, c.id.Inode, ErrGone)
 	}
-	return c, nil
+	path, err := findNamespace(want, "/proc")
+	if err != nil {
+		return nil, err
+	}
+	return dialPath(path, want)
+}
+
+// dialPath opens the namespace at path (a holder findNamespace found) and
+// checks it is still want: the holder may have let go in between.
+func dialPath(path string, want Namespace) (*conn, error) {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return nil, fmt.Errorf("open %s through %s: %w", want, path, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(ns), &st); err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("stat %s: %w", path, err)
+	}
+	if st.Dev != want.Dev || st.Ino != want.Inode {
+		ns.Close()
+		return nil, fmt.Errorf("%s changed hands while it was opened (now %d:%d); try again", path, st.Dev, st.Ino)
+	}
+	h, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("open netlink in %s: %w", want, err)
+	}
+	return &conn{ns: ns, h: h, id: want}, nil
 }
 
 func (c *conn) Close() {
@@ -157,20 +187,20 @@ func (c *conn) link(name string) (netlink.Link, error) {
 	return nil, fmt.Errorf("no default route in %s: name the interface", c.id)
 }
 
-// linkAt finds the interface a change was planned for, by index and name;
-// ErrGone when it was deleted (a re-created one has another index, and
-// none of our qdiscs or filters).
+// linkAt finds the interface a change was planned for by its index, which
+// names one device for the device's whole life in its namespace (the
+// kernel hands indices out in increasing order). A renamed interface is the
+// same device with our qdiscs and filters still on it. ErrGone when no
+// device has the index: a deleted device takes its qdiscs and filters with
+// it, and one moved to another namespace is shut down, which drops them.
 func (c *conn) linkAt(index int, name string) (netlink.Link, error) {
 	l, err := c.h.LinkByIndex(index)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
-			return nil, fmt.Errorf("interface %s (index %d) in %s: %w", name, index, c.id, ErrGone)
+			return nil, fmt.Errorf("interface %s (index %d) in %s: no device has the index any more, and its qdiscs and filters went with it: %w", name, index, c.id, ErrGone)
 		}
 		return nil, fmt.Errorf("look up interface %s (index %d) in %s: %w", name, index, c.id, err)
-	}
-	if l.Attrs().Name != name {
-		return nil, fmt.Errorf("interface index %d in %s is now %s, not %s: %w", index, c.id, l.Attrs().Name, name, ErrGone)
 	}
 	return l, nil
 }

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
@@ -604,20 +605,6 @@ func TestPlanRefusesWhatCannotBeRestored(t *testing.T) {
 	})
 }
 
-func TestUndoAfterNamespaceVanished(t *testing.T) {
-	ctx := context.Background()
-	f, tgt := fixture(t, nt.Options{})
-	ch, err := netfault.PlanDrop(ctx, tgt, []netfault.Hook{netfault.Egress}, netfault.Drop{Probability: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustDo(t, ch.Apply(ctx))
-	f.Vanish()
-	if err := ch.Undo(ctx); !errors.Is(err, netfault.ErrGone) {
-		t.Fatalf("undo after the namespace vanished: %v, want ErrGone", err)
-	}
-}
-
 func TestCancelledContext(t *testing.T) {
 	_, tgt := fixture(t, nt.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -671,4 +658,171 @@ func FuzzHandleText(f *testing.F) {
 			t.Fatalf("%q parsed to %s, which reads back as %s (%v)", s, h, again, err)
 		}
 	})
+}
+
+// TestUndoFindsTheNamespaceWhereverItLives: the process a change was
+// planned through exits while its namespace lives on, held in each way a
+// namespace can be (its name, a process in it, a descriptor of a process
+// outside it); Undo finds it by its inode and removes exactly what the
+// change added. Only when nothing holds it, or its interface is deleted,
+// is the change gone, and the error says so with what was searched.
+func TestUndoFindsTheNamespaceWhereverItLives(t *testing.T) {
+	ctx := context.Background()
+	kinds := []struct {
+		name string
+		plan func(netfault.Target) (*netfault.Change, error)
+	}{
+		{"partition", func(tgt netfault.Target) (*netfault.Change, error) {
+			return netfault.PlanDrop(ctx, tgt, []netfault.Hook{netfault.Egress, netfault.Ingress}, netfault.Drop{Probability: 1})
+		}},
+		{"rate-limit", func(tgt netfault.Target) (*netfault.Change, error) { return netfault.PlanRateLimit(ctx, tgt, 1e7) }},
+	}
+	// Each way leaves the namespace (or not) and returns a handle to look
+	// into it afterwards, or -1 when it must be gone.
+	ways := []struct {
+		name    string
+		vanish  func(t *testing.T, f *nt.Fixture) netns.NsHandle
+		wantErr string // empty: Undo succeeds
+		// unproven: where some process cannot be looked into, the
+		// search must say it cannot prove the change gone instead.
+		unproven bool
+	}{
+		{name: "process exited, name and handles left", vanish: func(t *testing.T, f *nt.Fixture) netns.NsHandle {
+			f.KillProcess()
+			return f.A.Handle
+		}},
+		{name: "process exited, only the name left", vanish: func(t *testing.T, f *nt.Fixture) netns.NsHandle {
+			f.KillProcess()
+			f.A.CloseHandles()
+			ns, err := netns.GetFromName(f.A.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ns.Close() })
+			return ns
+		}},
+		{name: "process exited, another process left in it", vanish: func(t *testing.T, f *nt.Fixture) netns.NsHandle {
+			other, _ := nt.StartSleeper(t, f.A.Handle)
+			f.KillProcess()
+			f.A.CloseHandles()
+			f.A.Unname()
+			return open(t, fmt.Sprintf("/proc/%d/ns/net", other))
+		}},
+		{name: "process exited, a descriptor held outside it", vanish: func(t *testing.T, f *nt.Fixture) netns.NsHandle {
+			holder := holdDescriptor(t, f.A.Handle)
+			f.KillProcess()
+			f.A.CloseHandles()
+			f.A.Unname()
+			return open(t, fmt.Sprintf("/proc/%d/fd/3", holder))
+		}},
+		{name: "interface renamed", vanish: func(t *testing.T, f *nt.Fixture) netns.NsHandle {
+			mustDo(t, f.A.Netlink.LinkSetName(f.A.Link(t, nt.IfA), "gcnf-renamed"))
+			f.KillProcess()
+			return f.A.Handle
+		}},
+		{name: "nothing holds it", wantErr: "no holder left", unproven: true, vanish: func(t *testing.T, f *nt.Fixture) netns.NsHandle {
+			f.Vanish()
+			return -1
+		}},
+		{name: "interface deleted", wantErr: "no device has the index", vanish: func(t *testing.T, f *nt.Fixture) netns.NsHandle {
+			mustDo(t, f.A.Netlink.LinkDel(f.A.Link(t, nt.IfA)))
+			f.KillProcess()
+			return -1
+		}},
+	}
+	for _, k := range kinds {
+		for _, w := range ways {
+			t.Run(k.name+"/"+w.name, func(t *testing.T) {
+				f, tgt := fixture(t, nt.Options{})
+				before := take(t, tgt)
+				ch, err := k.plan(tgt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mustDo(t, ch.Apply(ctx))
+				ch = roundTrip(t, ch) // as a fresh process reads it from its record
+				ns := w.vanish(t, f)
+				err = ch.Undo(ctx)
+				if hidden := nt.HiddenProcesses(t); w.unproven && len(hidden) > 0 {
+					if !errors.Is(err, netfault.ErrUnproven) || errors.Is(err, netfault.ErrGone) || !strings.Contains(err.Error(), hidden[0]) {
+						t.Fatalf("undo with %v out of sight: %v, want ErrUnproven naming %s", hidden, err, hidden[0])
+					}
+					return
+				}
+				if w.wantErr != "" {
+					if !errors.Is(err, netfault.ErrGone) || !strings.Contains(err.Error(), w.wantErr) {
+						t.Fatalf("undo: %v, want ErrGone saying %q", err, w.wantErr)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("undo with the namespace still alive: %v", err)
+				}
+				after := snapshotIn(t, ns)
+				after.Interface = before.Interface // the renamed one is the same device
+				if !after.Equal(before) {
+					g, _ := json.Marshal(after)
+					b, _ := json.Marshal(before)
+					t.Fatalf("after undo the interface is\n %s\nnot as before\n %s", g, b)
+				}
+				if err := ch.Undo(ctx); err != nil {
+					t.Fatalf("second undo: %v", err)
+				}
+			})
+		}
+	}
+}
+
+func open(t *testing.T, path string) netns.NsHandle {
+	t.Helper()
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	return ns
+}
+
+// holdDescriptor starts an idle process in this test's own namespace that
+// holds ns open as its descriptor 3, as a container runtime holds a pod's.
+func holdDescriptor(t *testing.T, ns netns.NsHandle) int {
+	t.Helper()
+	fd, err := unix.Dup(int(ns))
+	if err != nil {
+		t.Fatal(err)
+	}
+	file := os.NewFile(uintptr(fd), "netns")
+	defer file.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), nt.SleeperEnv+"=1")
+	cmd.ExtraFiles = []*os.File{file}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd.Process.Pid
+}
+
+// snapshotIn takes the snapshot of the fixture's interface in ns through a
+// process started in it (the one the change was planned through is dead).
+func snapshotIn(t *testing.T, ns netns.NsHandle) netfault.Snapshot {
+	t.Helper()
+	pid, kill := nt.StartSleeper(t, ns)
+	defer kill()
+	c, err := netlink.NewHandleAt(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	links, err := c.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range links {
+		if l.Type() == "veth" {
+			return take(t, netfault.Target{PID: pid, Interface: l.Attrs().Name})
+		}
+	}
+	t.Fatal("no veth left in the namespace")
+	return netfault.Snapshot{}
 }

@@ -135,7 +135,10 @@ func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v ca
 
 // Recover undoes the change recorded for key and removes the record. It
 // succeeds when nothing is recorded. When the namespace or interface is
-// gone the record is removed too and the error wraps fault.ErrTargetGone.
+// gone (nothing holds the namespace, no device has the interface's index)
+// the record is removed too and the error wraps fault.ErrTargetGone; when
+// that cannot be proved the record stays and the error wraps
+// fault.ErrUnproven.
 func (in *Injector) Recover(ctx context.Context, key string) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
@@ -155,6 +158,9 @@ func (in *Injector) Recover(ctx context.Context, key string) error {
 		return fmt.Errorf("recover %s: record %s holds key %q, not %q", in.fault.ID, path, rec.Key, key)
 	}
 	err = rec.Change.Undo(ctx)
+	if errors.Is(err, nf.ErrUnproven) {
+		return fmt.Errorf("recover %s: %w: %w", in.fault.ID, fault.ErrUnproven, err)
+	}
 	if errors.Is(err, nf.ErrGone) {
 		if rerr := os.Remove(path); rerr != nil {
 			return fmt.Errorf("recover %s: remove record: %w", in.fault.ID, rerr)

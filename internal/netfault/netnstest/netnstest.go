@@ -18,6 +18,8 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -78,6 +80,11 @@ func (f *Fixture) Vanish() {
 	f.A.remove()
 }
 
+// KillProcess kills the process living in A and nothing else: the
+// namespace lives on through its name and the test's handles, as a pod's
+// namespace outlives a container that restarts.
+func (f *Fixture) KillProcess() { f.kill() }
+
 // NS is one namespace of the fixture.
 type NS struct {
 	Name   string
@@ -85,7 +92,18 @@ type NS struct {
 	// Netlink is a netlink handle bound to the namespace.
 	Netlink *netlink.Handle
 	remove  func()
+	// closeHandles and unname each drop one kind of hold on the
+	// namespace; remove drops both.
+	closeHandles, unname func()
 }
+
+// CloseHandles closes the test's own descriptors of the namespace (Handle
+// and Netlink's sockets), leaving its name and the processes in it.
+func (n NS) CloseHandles() { n.closeHandles() }
+
+// Unname removes the namespace's name (its bind mount under /run/netns),
+// leaving the test's handles and the processes in it.
+func (n NS) Unname() { n.unname() }
 
 // RequireRoot skips the test unless it runs as root.
 func RequireRoot(t testing.TB) {
@@ -196,13 +214,14 @@ func newNS(t testing.TB) NS {
 		_ = netns.DeleteNamed(name)
 		t.Fatalf("netlink in %s: %v", name, err)
 	}
-	remove := sync.OnceFunc(func() {
+	closeHandles := sync.OnceFunc(func() {
 		h.Close()
 		ns.Close()
-		_ = netns.DeleteNamed(name)
 	})
+	unname := sync.OnceFunc(func() { _ = netns.DeleteNamed(name) })
+	remove := func() { closeHandles(); unname() }
 	t.Cleanup(remove)
-	return NS{Name: name, Handle: ns, Netlink: h, remove: remove}
+	return NS{Name: name, Handle: ns, Netlink: h, remove: remove, closeHandles: closeHandles, unname: unname}
 }
 
 // onThread runs fn on a locked OS thread and puts the thread back in the
@@ -290,4 +309,27 @@ func AddForeignFilter(t testing.TB, h *netlink.Handle, l netlink.Link, parent ui
 	if err != nil {
 		t.Fatalf("attach the foreign filter: %v", err)
 	}
+}
+
+// HiddenProcesses lists the processes whose network namespace the caller
+// may not read, as "pid N (comm)": a sandbox may hide its init even from
+// root. No search for a namespace's holders can look past them, so a test
+// of such a search expects "cannot prove" where they exist.
+func HiddenProcesses(t testing.TB) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if _, err := os.Stat("/proc/" + e.Name() + "/ns/net"); errors.Is(err, os.ErrPermission) {
+			comm, _ := os.ReadFile("/proc/" + e.Name() + "/comm")
+			out = append(out, fmt.Sprintf("pid %s (%s)", e.Name(), strings.TrimSpace(string(comm))))
+		}
+	}
+	return out
 }
