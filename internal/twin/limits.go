@@ -18,8 +18,8 @@ const (
 
 	// MaxGPUs is the most GPUs a cluster spec may hold. The twin integrates
 	// every GPU's physics each simulated second and keeps about twenty
-	// series per GPU: at 4,096 GPUs one simulated hour takes seconds of
-	// CPU and the retained history a few hundred MB.
+	// series per GPU: 512 nodes of eight take 3.3 s of CPU per simulated
+	// 70 minutes and hold 270 MB at the default retention and 30 s scrapes.
 	MaxGPUs = 4096
 
 	// MaxGPUsPerNode is the most GPUs of one node: 72, a GB200 NVL72 rack

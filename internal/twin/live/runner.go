@@ -29,6 +29,20 @@ const (
 	DefaultTick = 100 * time.Millisecond
 	// DefaultRetention is how much sample history the twin keeps.
 	DefaultRetention = 15 * time.Minute
+	// MaxSpeed is the fastest Options.Speed: an hour of virtual time per
+	// wall second, already a day of the cluster in 24 s. Faster, a tick
+	// would ask for more simulation than a tick can hold.
+	MaxSpeed = 3600
+)
+
+// minCatchUp is the least wall time's worth of virtual time one tick may
+// advance to catch up after missed ticks (and catchUpTicks ticks' worth, if
+// more). A twin further behind gives the rest up instead: with the lock
+// held for one tick's work only, it runs slower than asked rather than
+// freezing in ever longer catch-ups.
+const (
+	minCatchUp   = time.Second
+	catchUpTicks = 10
 )
 
 // trimFraction sets how often history is trimmed: every tenth of the
@@ -46,15 +60,18 @@ type Options struct {
 	// Warmup, so that after the warm-up the twin's clock reads the wall
 	// clock (at Speed 1).
 	Twin twin.Options
-	// Speed is virtual seconds per wall second; zero means 1.
+	// Speed is virtual seconds per wall second, at most MaxSpeed; zero
+	// means 1.
 	Speed float64
 	// Tick is how often Start advances the twin; zero means DefaultTick.
 	Tick time.Duration
 	// Warmup is virtual time New runs before returning, so baselines and
-	// rates exist from the first scrape.
+	// rates exist from the first scrape; at most twin.MaxWarmup.
 	Warmup time.Duration
 	// Retention is how much sample history is kept; zero means
-	// DefaultRetention, negative keeps everything.
+	// DefaultRetention, negative keeps everything. It is also the twin's
+	// own retention (twin.Options.Retention) unless that is set, so the
+	// warm-up keeps no more than the runner will.
 	Retention time.Duration
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
@@ -70,10 +87,15 @@ type Runner struct {
 	// first series; the twin creates every series in New, so it is fixed.
 	metrics []string
 	// wall0 and virt0 anchor virtual to wall time: at wall time w the twin
-	// should read virt0 + Speed × (w − wall0). Guarded by mu.
+	// should read virt0 + Speed × (w − wall0). Every tick moves the anchor
+	// to itself, so the product stays a tick's worth and cannot overflow
+	// however long the runner runs. Guarded by mu.
 	wall0, virt0 time.Time
 	// trimmed is the virtual time of the last trim. Guarded by mu.
 	trimmed time.Time
+	// slipped is the virtual time given up because the twin could not
+	// keep up. Guarded by mu.
+	slipped time.Duration
 
 	speed     float64
 	tick      time.Duration
@@ -90,10 +112,13 @@ func New(ctx context.Context, opts Options) (*Runner, error) {
 	switch {
 	case opts.Speed < 0 || math.IsNaN(opts.Speed) || math.IsInf(opts.Speed, 0):
 		return nil, fmt.Errorf("live twin: speed must be a positive number, got %v", opts.Speed)
+	case opts.Speed > MaxSpeed:
+		return nil, fmt.Errorf("live twin: speed must be at most %d, got %v", MaxSpeed, opts.Speed)
 	case opts.Tick < 0:
 		return nil, fmt.Errorf("live twin: tick must not be negative, got %s", opts.Tick)
-	case opts.Warmup < 0:
-		return nil, fmt.Errorf("live twin: warm-up must not be negative, got %s", opts.Warmup)
+	}
+	if err := twin.CheckWarmup("warm-up", opts.Warmup); err != nil {
+		return nil, fmt.Errorf("live twin: %w", err)
 	}
 	r := &Runner{speed: opts.Speed, tick: opts.Tick, retention: opts.Retention, log: opts.Logger}
 	if r.speed == 0 {
@@ -111,6 +136,9 @@ func New(ctx context.Context, opts Options) (*Runner, error) {
 	to := opts.Twin
 	if to.ScrapeInterval == 0 {
 		to.ScrapeInterval = DefaultScrapeInterval
+	}
+	if to.Retention == 0 {
+		to.Retention = r.retention
 	}
 	if to.Start.IsZero() {
 		to.Start = time.Now().Add(-opts.Warmup).Truncate(time.Millisecond)
@@ -159,13 +187,25 @@ func (r *Runner) Start(ctx context.Context) error {
 	return nil
 }
 
-// advance moves the twin to where the wall clock says it should be, and
-// trims its history when due.
+// advance moves the twin to where the wall clock says it should be, but by
+// no more than the catch-up limit, and trims its history when due.
 func (r *Runner) advance(ctx context.Context, wall time.Time) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	want := r.virt0.Add(time.Duration(float64(wall.Sub(r.wall0)) * r.speed))
-	d := want.Sub(r.tw.Now())
+	// In float64 until clamped: a long stall times a high speed would
+	// overflow a Duration.
+	behind := float64(r.virt0.Sub(r.tw.Now())) + float64(wall.Sub(r.wall0))*r.speed
+	limit := float64(max(catchUpTicks*r.tick, minCatchUp)) * r.speed
+	if behind > limit {
+		r.slipped = min(r.slipped+saturate(behind-limit), saturate(math.Inf(1)))
+		r.log.Debug("live twin slipped", "behind", saturate(behind), "slipped_total", r.slipped)
+		behind = limit
+	}
+	// Ahead (the wall clock stepped back): wait, but no longer than the
+	// same limit.
+	behind = max(behind, -limit)
+	d := time.Duration(behind)
+	r.wall0, r.virt0 = wall, r.tw.Now().Add(d)
 	if d <= 0 {
 		return nil
 	}
@@ -186,9 +226,26 @@ func (r *Runner) trim(tw *twin.Twin) {
 	}
 }
 
+// saturate converts virtual nanoseconds to a Duration, capped at 2^62 ns
+// (146 years) so that sums of two stay in range; a float64 past the int64
+// range does not convert to anything defined.
+func saturate(ns float64) time.Duration {
+	return time.Duration(min(ns, 1<<62))
+}
+
 // MissedTicks returns how many ticks Start has missed because advancing
 // the twin took longer than a tick.
 func (r *Runner) MissedTicks() uint64 { return r.missed.Load() }
+
+// Slipped returns the virtual time the twin has given up because it could
+// not keep up with Speed: behind by more than the catch-up limit (ten ticks
+// or a second of wall time, whichever is longer), it skips the rest rather
+// than hold its lock for ever longer advances.
+func (r *Runner) Slipped() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.slipped
+}
 
 // Running reports whether Start is running.
 func (r *Runner) Running() bool { return r.running.Load() }

@@ -392,7 +392,10 @@ func TestNew(t *testing.T) {
 		{"negative speed", t.Context(), Options{Speed: -1}, "speed must be a positive number", nil},
 		{"NaN speed", t.Context(), Options{Speed: math.NaN()}, "speed must be a positive number", nil},
 		{"negative tick", t.Context(), Options{Tick: -time.Second}, "tick must not be negative", nil},
-		{"negative warm-up", t.Context(), Options{Warmup: -time.Second}, "warm-up must not be negative", nil},
+		{"negative warm-up", t.Context(), Options{Warmup: -time.Second}, "warm-up: must not be negative", nil},
+		{"speed past the limit", t.Context(), Options{Speed: 1e30}, "speed must be at most 3600, got 1e+30", nil},
+		{"speed just past the limit", t.Context(), Options{Speed: MaxSpeed + 0.5}, "speed must be at most 3600", nil},
+		{"warm-up past the limit", t.Context(), Options{Warmup: 10000 * time.Hour}, "warm-up: at most 24h0m0s, got 10000h0m0s", nil},
 		{"invalid cluster", t.Context(), Options{Twin: twin.Options{Spec: twin.ClusterSpec{Nodes: twin.NodesSpec{Model: "Z9000"}}}}, "Z9000", nil},
 		{"warm-up cancelled", cancelled, Options{Warmup: time.Hour}, "warm up for 1h0m0s", context.Canceled},
 	}
@@ -445,5 +448,53 @@ func TestHTTP(t *testing.T) {
 		if rec.Code != tc.code {
 			t.Errorf("%s %s: %d, want %d", tc.method, tc.path, rec.Code, tc.code)
 		}
+	}
+}
+
+// TestAdvanceIsBounded: however far behind the wall clock the twin falls
+// (a big cluster at top speed, a stalled host), one advance simulates at
+// most the catch-up limit and gives the rest up, so the lock is never held
+// for ever longer catch-ups and the anchor arithmetic cannot overflow.
+func TestAdvanceIsBounded(t *testing.T) {
+	t.Parallel()
+	const tick = 100 * time.Millisecond
+	tests := []struct {
+		name    string
+		speed   float64
+		stall   time.Duration // wall time since the last advance
+		advance time.Duration // virtual time the advance should simulate
+		slipped time.Duration // virtual time it should give up
+	}{
+		{"a stall within the limit is caught up", 10, 500 * time.Millisecond, 5 * time.Second, 0},
+		{"a stall past the limit slips", 10, 3 * time.Second, 10 * time.Second, 20 * time.Second},
+		{"an hour's stall at top speed", MaxSpeed, time.Hour, time.Hour, 3599 * time.Hour},
+		{"a century's stall at top speed", MaxSpeed, 100 * 365 * 24 * time.Hour, time.Hour, 1 << 62},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			r := newRunner(t, Options{Speed: tc.speed, Tick: tick})
+			v0, wall := r.Now(), r.wall0.Add(tc.stall)
+			if err := r.advance(t.Context(), wall); err != nil {
+				t.Fatal(err)
+			}
+			if got := r.Now().Sub(v0); got != tc.advance {
+				t.Errorf("advanced %s after a %s stall at speed %g, want %s", got, tc.stall, tc.speed, tc.advance)
+			}
+			if got := r.Slipped(); got != tc.slipped {
+				t.Errorf("slipped %s, want %s", got, tc.slipped)
+			}
+			// The next tick is a tick's worth again: the anchor moved.
+			v1 := r.Now()
+			if err := r.advance(t.Context(), wall.Add(tick)); err != nil {
+				t.Fatal(err)
+			}
+			if got, want := r.Now().Sub(v1), time.Duration(float64(tick)*tc.speed); got != want {
+				t.Errorf("the tick after advanced %s, want %s", got, want)
+			}
+			if got := r.Slipped(); got != tc.slipped {
+				t.Errorf("slipped %s after the next tick, want still %s", got, tc.slipped)
+			}
+		})
 	}
 }
