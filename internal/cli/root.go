@@ -82,6 +82,7 @@ digital twin of two 8-GPU H200 nodes, no GPU or cluster needed.`,
 	root.AddCommand(
 		newDemoCmd(),
 		newRunCmd(),
+		newRecoverCmd(),
 		newCoverageCmd(),
 		newFaultsCmd(),
 		newXIDCmd(),

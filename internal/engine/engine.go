@@ -91,6 +91,10 @@ const (
 	// Failed is a measurement made in time but outside its bound (a
 	// workload check: more work lost than allowed, a goodput too low).
 	Failed = "failed"
+	// Interrupted: the run was stopped (Ctrl-C, SIGTERM) before the
+	// expectation was met and before its deadline passed, so it was
+	// neither detected nor missed.
+	Interrupted = "interrupted"
 )
 
 // Injection is one planned injection.
@@ -386,6 +390,9 @@ func (e *Engine) Run(ctx context.Context, exp *v1alpha1.Experiment) (*Record, er
 
 	end := rec.InjectedAt.Add(exp.Spec.Duration.Duration)
 	err = e.observe(ctx, rec, plan, exps, aborts, end)
+	if err != nil && ctx.Err() != nil {
+		e.interrupted(exps, rec)
+	}
 	e.recover(ctx, rec, injected)
 	injected = nil
 	anchor.Recovered = rec.RecoveredAt
@@ -394,6 +401,9 @@ func (e *Engine) Run(ctx context.Context, exp *v1alpha1.Experiment) (*Record, er
 	}
 	if err == nil {
 		err = e.watchClear(ctx, rec, plan, exps)
+		if err != nil && ctx.Err() != nil {
+			e.interrupted(exps, rec)
+		}
 	}
 	if err != nil {
 		rec.Error = err.Error()
@@ -521,8 +531,10 @@ func (e *Engine) recover(ctx context.Context, rec *Record, done []Injection) {
 		if err == nil {
 			err = inj.Recover(rctx, in.Key)
 		}
-		if err != nil && !errors.Is(err, fault.ErrTargetGone) {
-			msg := fmt.Sprintf("recover %s on %s: %v (left in the ledger for the next start)", in.Fault, refKey(in.Ref), err)
+		what := Describe(in.Fault, in.Ref, in.Params)
+		gone := errors.Is(err, fault.ErrTargetGone) && !errors.Is(err, fault.ErrUnproven)
+		if err != nil && !gone {
+			msg := fmt.Sprintf("recover %s: %v (left in the ledger for the next start)", what, err)
 			e.event(rec, "error", in.Fault, msg)
 			if rec.Error == "" {
 				rec.Error = msg
@@ -531,6 +543,10 @@ func (e *Engine) recover(ctx context.Context, rec *Record, done []Injection) {
 		}
 		if err := e.opts.Ledger.Done(rctx, in.Key); err != nil {
 			e.event(rec, "error", in.Fault, "mark recovered in ledger: "+err.Error())
+		}
+		if gone {
+			e.event(rec, "recover", in.Fault, refKey(in.Ref)+": target gone: "+err.Error())
+			continue
 		}
 		e.event(rec, "recover", in.Fault, refKey(in.Ref))
 	}
@@ -676,6 +692,21 @@ func later(a, b time.Time) time.Time {
 		return b
 	}
 	return a
+}
+
+// interrupted gives every expectation still undecided whose deadline had
+// not passed its verdict: the run stopped before it could be judged.
+func (e *Engine) interrupted(exps []*expectation, rec *Record) {
+	now := e.opts.Target.Now()
+	for _, x := range exps {
+		deadline := rec.InjectedAt.Add(x.spec.Within.Duration)
+		if x.detected || !now.Before(deadline) {
+			continue
+		}
+		x.detected = true
+		x.verdict.Verdict = Interrupted
+		x.verdict.Detail = fmt.Sprintf("interrupted %s after injection, before its %s deadline", now.Sub(rec.InjectedAt).Round(time.Second), x.spec.Within.Duration)
+	}
 }
 
 func (e *Engine) finish(rec *Record, exps []*expectation) {

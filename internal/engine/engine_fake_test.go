@@ -295,3 +295,29 @@ func hardwareRiskMechanism(t *testing.T, id string) string {
 }
 
 func contains(s, sub string) bool { return strings.Contains(s, sub) }
+
+// TestInterruptedRunIsNotAMiss: an expectation whose deadline had not come
+// when the run was stopped is interrupted, not missed; one already
+// detected keeps its verdict, and one whose deadline had passed is missed.
+func TestInterruptedRunIsNotAMiss(t *testing.T) {
+	f := newFake()
+	f.detectAt = map[string]time.Duration{"fast": 10 * time.Second}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	f.cancel, f.cancelAt = cancel, 90*time.Second
+	exp := experiment([]string{"3"}, 5*time.Minute, "fast", "never")
+	exp.Spec.Expectations = append(exp.Spec.Expectations, v1alpha1.Expectation{Name: "short", Detector: "never", Within: v1alpha1.Duration{Duration: time.Minute}})
+	rec, err := New(Options{Target: f, RecoveryWindow: -1}).Run(ctx, exp)
+	if err == nil || !contains(err.Error(), "interrupted") {
+		t.Fatalf("err = %v, want an interruption", err)
+	}
+	want := map[string]string{"fast": Pass, "never": Interrupted, "short": Missed}
+	for _, v := range rec.Verdicts {
+		if v.Verdict != want[v.Name] {
+			t.Errorf("%s: %s (%s), want %s", v.Name, v.Verdict, v.Detail, want[v.Name])
+		}
+		if v.Verdict == Interrupted && !contains(v.Detail, "before its 5m0s deadline") {
+			t.Errorf("%s: detail %q does not say the deadline was still ahead", v.Name, v.Detail)
+		}
+	}
+}

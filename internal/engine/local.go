@@ -8,7 +8,6 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -20,7 +19,6 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/kmsgxid"
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
-	"github.com/gpuchaos/gpuchaos/internal/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/probe/promapi"
 	"github.com/gpuchaos/gpuchaos/internal/probe/scrape"
@@ -418,59 +416,4 @@ func (p *localLogProbe) Observe(ctx context.Context) (probe.Observation, error) 
 		}
 	}
 	return probe.Observation{}, nil
-}
-
-// RecoverPending recovers every injection the ledger still holds (a run
-// killed before it could recover) through t's injectors, marking each done,
-// and returns those it recovered. It tries every entry and returns the
-// failures joined; a failed entry stays in the ledger for the next start.
-func RecoverPending(ctx context.Context, t Target, l ledger.Ledger) ([]ledger.Entry, error) {
-	pending, err := l.Pending(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read pending injections: %w", err)
-	}
-	var (
-		done []ledger.Entry
-		errs []error
-	)
-	for _, e := range pending {
-		if err := recoverEntry(ctx, t, e); err != nil && !errors.Is(err, fault.ErrTargetGone) {
-			errs = append(errs, fmt.Errorf("recover %s (%s): %w", e.Key, e.Fault, err))
-			continue
-		}
-		if err := l.Done(ctx, e.Key); err != nil {
-			errs = append(errs, fmt.Errorf("mark %s recovered: %w", e.Key, err))
-			continue
-		}
-		done = append(done, e)
-	}
-	return done, errors.Join(errs...)
-}
-
-func recoverEntry(ctx context.Context, t Target, e ledger.Entry) error {
-	if e.Target != t.Name() {
-		return fmt.Errorf("recorded on target %s, not %s", e.Target, t.Name())
-	}
-	f, ok := catalog.Lookup(e.Fault)
-	if !ok {
-		return fmt.Errorf("fault %s is not in the catalogue", e.Fault)
-	}
-	var mech *catalog.Mechanism
-	for i := range f.Mechanisms {
-		if f.Mechanisms[i].Name == e.Mechanism {
-			mech = &f.Mechanisms[i]
-		}
-	}
-	if mech == nil {
-		names := make([]string, 0, len(f.Mechanisms))
-		for _, m := range f.Mechanisms {
-			names = append(names, m.Name)
-		}
-		return fmt.Errorf("%s has no mechanism %s (mechanisms: %s)", e.Fault, e.Mechanism, strings.Join(names, ", "))
-	}
-	inj, err := t.Injector(f, mech)
-	if err != nil {
-		return err
-	}
-	return inj.Recover(ctx, e.Key)
 }

@@ -363,8 +363,11 @@ func TestRecoverPendingAfterSIGKILL(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RecoverPending: %v", err)
 	}
-	if len(got) != 1 || got[0].Key != "killed/0/node-a/gpu3" {
+	if len(got) != 1 || got[0].Entry.Key != "killed/0/node-a/gpu3" || got[0].Status != Recovered {
 		t.Fatalf("recovered %+v, want the killed run's entry", got)
+	}
+	if want := "hardware.xid on gpu 3 on node node-a"; got[0].What != want {
+		t.Errorf("recovery names %q, want %q", got[0].What, want)
 	}
 	if p, _ := l.Pending(t.Context()); len(p) != 0 {
 		t.Errorf("pending after recovery = %+v, want none", p)
@@ -398,12 +401,23 @@ func TestRecoverPendingKeepsWhatItCannotRecover(t *testing.T) {
 		}
 	}
 	got, err := RecoverPending(ctx, lt, l)
-	if len(got) != 1 || got[0].Key != "ok" {
-		t.Errorf("recovered %+v, want only ok", got)
+	if err != nil {
+		t.Fatalf("RecoverPending: %v", err)
 	}
-	for _, want := range []string{"other-target", "unknown-fault", "unknown-mechanism"} {
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("error %v does not name %s", err, want)
+	wantStatus := map[string]string{"ok": Recovered, "other-target": StillPending, "unknown-fault": StillPending, "unknown-mechanism": StillPending}
+	wantWhy := map[string]string{"other-target": "target twin", "unknown-fault": "not in the catalogue", "unknown-mechanism": "no mechanism teleport"}
+	if len(got) != len(entries) {
+		t.Fatalf("got %d outcomes, want one per entry: %+v", len(got), got)
+	}
+	for _, r := range got {
+		if r.Status != wantStatus[r.Entry.Key] || !strings.Contains(r.Detail, wantWhy[r.Entry.Key]) {
+			t.Errorf("%s: %s (%s), want %s saying %q", r.Entry.Key, r.Status, r.Detail, wantStatus[r.Entry.Key], wantWhy[r.Entry.Key])
+		}
+	}
+	pe := &PendingError{Ledger: "L", Entries: StillPendingIn(got)}
+	for _, want := range []string{"3 injection(s) still pending in ledger L", "other-target", "unknown-fault", "unknown-mechanism", "gpuchaos recover --ledger L"} {
+		if !strings.Contains(pe.Error(), want) {
+			t.Errorf("pending error %q does not say %q", pe.Error(), want)
 		}
 	}
 	if p, _ := l.Pending(ctx); len(p) != 3 {

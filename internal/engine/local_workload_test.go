@@ -825,7 +825,7 @@ func recoverPending(t *testing.T, j *job, state, ledgerPath string) {
 		t.Fatalf("pending injections after the kill: %+v, %v; want one", pending, err)
 	}
 	done, err := RecoverPending(t.Context(), lt, l)
-	if err != nil || len(done) != 1 {
+	if err != nil || len(done) != 1 || done[0].Status != Recovered {
 		t.Fatalf("RecoverPending = %+v, %v; want the one injection recovered", done, err)
 	}
 	if left, err := l.Pending(t.Context()); err != nil || len(left) != 0 {
