@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -107,6 +108,11 @@ on a bad file or flag.`,
 			switch {
 			case targetName == "local":
 				local.ledger, local.prometheus = ledgerPath, promURL
+				if local.ledger == "" && !dryRun {
+					if local.ledger, err = defaultLedger(); err != nil {
+						return err
+					}
+				}
 				stop, lt, l, err := startLocalTarget(cmd, local, dryRun, f == "table")
 				if err != nil {
 					return err
@@ -177,6 +183,12 @@ on a bad file or flag.`,
 			} else {
 				printVerdicts(out, rec)
 			}
+			if l, ok := opts.Ledger.(*ledger.File); ok {
+				// Whatever stopped the run, name what it left injected.
+				if err := stillPending(cmd.Context(), l, local.ledger); err != nil {
+					return failed(fmt.Errorf("experiment %s: %w", exp.Metadata.Name, err))
+				}
+			}
 			if runErr != nil {
 				return failed(runErr)
 			}
@@ -232,28 +244,44 @@ type localFlags struct {
 	scrapeInterval               time.Duration
 }
 
-// startLocalTarget opens NVML and the ledger, starts following the kernel
-// log and, unless dryRun, recovers what a killed run left in the ledger.
-// A dry run gets no ledger: it must not touch anything. What it recovers
-// is printed on stdout for table output, else on stderr. stop closes all.
+// startLocalTarget recovers what killed runs left in the ledger, then opens
+// NVML and starts following the kernel log. Recovery comes first and needs
+// neither: a node whose driver is gone must still get its network back. A
+// dry run gets no ledger: it must not touch anything. What it recovers is
+// printed on stdout for table output, else on stderr. stop closes all.
 func startLocalTarget(cmd *cobra.Command, fl localFlags, dryRun, table bool) (stop func(), _ *engine.LocalTarget, _ ledger.Ledger, _ error) {
 	ctx := cmd.Context()
 	out := cmd.OutOrStdout()
-	ledgerPath := fl.ledger
-	var err error
-	if ledgerPath == "" && !dryRun {
-		if ledgerPath, err = defaultLedger(); err != nil {
+	if !table {
+		// JSON output is one document on stdout; the notes go aside.
+		out = cmd.ErrOrStderr()
+	}
+	var (
+		l          *ledger.File
+		ledgerPath = fl.ledger
+		err        error
+	)
+	if !dryRun {
+		if ledgerPath == "" {
+			if ledgerPath, err = defaultLedger(); err != nil {
+				return nil, nil, nil, err
+			}
+		}
+		if l, err = recoverLedger(ctx, out, ledgerPath); err != nil {
 			return nil, nil, nil, err
+		}
+	}
+	closeLedger := func() {
+		if l != nil {
+			l.Close()
 		}
 	}
 	src, err := gpu.OpenNVML()
 	if err != nil {
-		if len(fl.jobs) == 0 {
-			return nil, nil, nil, failed(fmt.Errorf("--target local: cannot list this node's GPUs: %w", err))
-		}
-		// A training job on CPUs (gloo) can still have its ranks and
-		// checkpoints broken; only GPU faults need NVML.
-		fmt.Fprintf(cmd.ErrOrStderr(), "note: no GPUs listed (%v); only job, rank and checkpoint faults can be selected\n", err)
+		// Network, storage and checkpoint faults act on the node, and a
+		// training job on CPUs (gloo) still has ranks to break: only GPU
+		// faults need NVML.
+		fmt.Fprintf(cmd.ErrOrStderr(), "note: no GPUs listed (%v); GPU faults cannot be selected, node, job, rank and checkpoint faults can\n", err)
 		src = noGPUs{}
 	}
 	opts := engine.LocalOptions{Source: src, Prometheus: fl.prometheus, JobNames: fl.jobs, ScrapeInterval: fl.scrapeInterval}
@@ -261,9 +289,7 @@ func startLocalTarget(cmd *cobra.Command, fl localFlags, dryRun, table bool) (st
 		opts.Exporter, opts.MoreExporters = fl.exporters[0], fl.exporters[1:]
 	}
 	if !dryRun {
-		// What mechanisms did to the node lives with the ledger that
-		// says it was done, so one directory holds a node's recovery.
-		opts.StateDir = filepath.Join(filepath.Dir(ledgerPath), "state")
+		opts.StateDir = stateDir(ledgerPath)
 	}
 	if fl.traceLib != "" || len(fl.tracePIDs) > 0 {
 		opts.Collectives = &colltrace.Options{Lib: fl.traceLib, PIDs: fl.tracePIDs}
@@ -271,32 +297,74 @@ func startLocalTarget(cmd *cobra.Command, fl localFlags, dryRun, table bool) (st
 	lt, err := engine.StartLocal(ctx, opts)
 	if err != nil {
 		src.Close()
+		closeLedger()
 		return nil, nil, nil, failed(fmt.Errorf("--target local: %w", err))
 	}
-	closeTarget := func() { lt.Close(); src.Close() }
+	stop = func() { lt.Close(); src.Close(); closeLedger() }
 	if dryRun {
-		return closeTarget, lt, nil, nil
-	}
-	l, err := ledger.Open(ledgerPath)
-	if err != nil {
-		closeTarget()
-		return nil, nil, nil, failed(fmt.Errorf("--target local: %w", err))
-	}
-	stop = func() { l.Close(); closeTarget() }
-	recovered, err := engine.RecoverPending(ctx, lt, l)
-	if !table {
-		// JSON output is one document on stdout; the note goes aside.
-		out = cmd.ErrOrStderr()
-	}
-	for _, e := range recovered {
-		fmt.Fprintf(out, "Recovered %s on %s gpu %d, left by run %s at %s.\n",
-			e.Fault, e.Ref.Node, e.Ref.GPU, e.Run, e.InjectedAt.Format(time.RFC3339))
-	}
-	if err != nil {
-		stop()
-		return nil, nil, nil, failed(fmt.Errorf("--target local: a previous run left injections that could not be recovered (ledger %s); nothing new was injected: %w", ledgerPath, err))
+		return stop, lt, nil, nil
 	}
 	return stop, lt, l, nil
+}
+
+// stillPending returns a PendingError naming every injection the ledger
+// still holds after a run, nil when it holds none.
+func stillPending(ctx context.Context, l ledger.Ledger, path string) error {
+	left, err := l.Pending(context.WithoutCancel(ctx))
+	if err != nil {
+		return fmt.Errorf("--ledger: %w", err)
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	pe := &engine.PendingError{Ledger: path}
+	for _, e := range left {
+		pe.Entries = append(pe.Entries, engine.Recovery{Entry: e, Status: engine.StillPending,
+			What: engine.Describe(e.Fault, e.Ref, e.Params), Detail: "its recovery failed (see the timeline)"})
+	}
+	return pe
+}
+
+// stateDir is where mechanisms record what they did to the node: with the
+// ledger that says it was done, so one directory holds a node's recovery.
+func stateDir(ledgerPath string) string { return filepath.Join(filepath.Dir(ledgerPath), "state") }
+
+// recoverLedger opens the ledger at path and recovers every injection it
+// still holds, printing one line for each on out. It fails, naming every
+// entry left pending, when some cannot be recovered or proved gone: a run
+// must not add faults on top of ones it cannot account for.
+func recoverLedger(ctx context.Context, out io.Writer, path string) (*ledger.File, error) {
+	l, err := ledger.Open(path)
+	if err != nil {
+		return nil, failed(fmt.Errorf("--ledger: %w", err))
+	}
+	rs, err := engine.RecoverPending(ctx, engine.NodeRecoverer(stateDir(path)), l)
+	if err != nil {
+		l.Close()
+		return nil, failed(fmt.Errorf("--ledger: %w", err))
+	}
+	printRecoveries(out, rs)
+	if left := engine.StillPendingIn(rs); len(left) > 0 {
+		l.Close()
+		return nil, failed(fmt.Errorf("nothing new was injected: %w", &engine.PendingError{Ledger: path, Entries: left}))
+	}
+	return l, nil
+}
+
+// printRecoveries says, one line each, what became of a killed run's
+// injections.
+func printRecoveries(w io.Writer, rs []engine.Recovery) {
+	for _, r := range rs {
+		left := fmt.Sprintf("left by run %s at %s", r.Entry.Run, r.Entry.InjectedAt.Format(time.RFC3339))
+		switch r.Status {
+		case engine.Recovered:
+			fmt.Fprintf(w, "Recovered %s, %s.\n", r.What, left)
+		case engine.Gone:
+			fmt.Fprintf(w, "Gone: %s, %s: %s.\n", r.What, left, oneLine(r.Detail))
+		default:
+			fmt.Fprintf(w, "STILL PENDING: %s, %s: %s.\n", r.What, left, oneLine(r.Detail))
+		}
+	}
 }
 
 // loadExperiment reads, defaults and validates an experiment file against the
