@@ -88,6 +88,9 @@ on a bad file or flag.`,
 			if targetName != "twin" && targetName != "live" && targetName != "local" {
 				return fmt.Errorf("--target: %s is not available in this build; use twin, live or local", targetName)
 			}
+			if err := twin.CheckWarmup("--warmup", warmup); err != nil {
+				return err
+			}
 			spec := twin.Default()
 			if cluster != "" {
 				if spec, err = twin.LoadClusterSpec(cluster); err != nil {

@@ -129,6 +129,13 @@ func TestTwinSimulateRejectsBadInput(t *testing.T) {
 	if err := os.WriteFile(negative, []byte(`{"hbm3": -1e-6}`), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	rates := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 	tests := []struct {
 		name string
 		args []string
@@ -148,6 +155,20 @@ func TestTwinSimulateRejectsBadInput(t *testing.T) {
 		{"unknown class in rates", []string{"--rates", unknown}, []string{"--rates", "unknown.yaml", "cosmic-rays"}},
 		{"negative rate", []string{"--rates", negative}, []string{"--rates", "negative.json", "hbm3", "negative"}},
 		{"missing rates file", []string{"--rates", filepath.Join(dir, "absent.yaml")}, []string{"absent.yaml"}},
+		{"GPUs past the limit", []string{"--gpus", "2000000000"}, []string{"--gpus: at most 1,048,576, got 2000000000"}},
+		{"GPUs per node past the limit", []string{"--gpus-per-node", "100"}, []string{"--gpus-per-node: at most 72, got 100"}},
+		{"rate 1000", []string{"--rates", rates("r1000.yaml", "faulty-gpu: 1000\n")},
+			[]string{"--rates", "r1000.yaml", `class "faulty-gpu"`, "over the limit of 1"}},
+		{"rate 1e30", []string{"--rates", rates("r1e30.yaml", "faulty-gpu: 1e30\n")},
+			[]string{"--rates", "r1e30.yaml", `class "faulty-gpu"`, "over the limit of 1"}},
+		{"NaN rate", []string{"--rates", rates("nan.yaml", "hbm3: .nan\n")}, []string{"--rates", "nan.yaml", `class "hbm3"`, "not a finite number"}},
+		{"infinite rate", []string{"--rates", rates("inf.json", `{"hbm3": 1e999}`)}, []string{"--rates", "inf.json", `class "hbm3"`}},
+		{"rates adding up past the limit", []string{"--rates", rates("sum.yaml", "faulty-gpu: 0.6\nhbm3: 0.6\n")},
+			[]string{"--rates", "sum.yaml", "add up to", "over the limit of 1"}},
+		{"too many interruptions expected", []string{"--rates", rates("half.yaml", "faulty-gpu: 0.5\n"), "--days", "5"},
+			[]string{"--days", "expect 983,065 interruptions, over the limit of 500,000", "--gpus", "--rates"}},
+		{"default rates over a long window of the largest fleet", []string{"--gpus", "1048576", "--days", "36500"},
+			[]string{"--days", "over the limit of 500,000"}},
 		{"format", []string{"--format", "xml"}, []string{"--format"}},
 		{"unknown flag", []string{"--nodes", "3"}, []string{"--nodes"}},
 		{"not a number", []string{"--gpus", "many"}, []string{"--gpus"}},
@@ -212,5 +233,35 @@ func TestWrapList(t *testing.T) {
 		if got := wrapList(tt.items, "  ", tt.width); got != tt.want {
 			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestWarmupBounds: every command that warms a twin up refuses a warm-up
+// outside 0..twin.MaxWarmup up front, in one line naming the flag and the
+// limit, with exit 2 (issue 12: run --warmup -5m exited 1 with "sleep:
+// negative duration"; 100000h ate 5 GB).
+func TestWarmupBounds(t *testing.T) {
+	t.Parallel()
+	const exp = "../../examples/thermal-throttle.yaml"
+	tests := []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"run negative", []string{"run", exp, "--warmup", "-5m"}, 2, "gpuchaos: --warmup: must not be negative, got -5m0s\n"},
+		{"run past the limit", []string{"run", exp, "--warmup", "100000h"}, 2, "gpuchaos: --warmup: at most 24h0m0s, got 100000h0m0s\n"},
+		{"run live past the limit", []string{"run", exp, "--target", "live", "--warmup", "25h"}, 2, "gpuchaos: --warmup: at most 24h0m0s, got 25h0m0s\n"},
+		{"run at the limit", []string{"run", exp, "--dry-run", "--warmup", "24h"}, 0, ""},
+		{"twin serve past the limit", []string{"twin", "serve", "--warmup", "10000h"}, 2, "gpuchaos: --warmup: at most 24h0m0s, got 10000h0m0s\n"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, _, errs := runCLI(t, "", tc.args...)
+			if code != tc.code || errs != tc.want {
+				t.Errorf("exit %d, stderr %q; want exit %d, stderr %q", code, errs, tc.code, tc.want)
+			}
+		})
 	}
 }
