@@ -64,7 +64,9 @@ checkpoint, and the work since then is lost.
 Failures arrive at random per GPU-hour by class. The default rates are the
 Llama 3 interruption counts (419 in 54 days on 16,384 H100, about 2e-5 per
 GPU-hour) split by root cause; --rates FILE replaces the rates of the
-classes it names (YAML or JSON, class: rate per GPU-hour). Classes:
+classes it names (YAML or JSON, class: rate per GPU-hour, at most ` + strconv.FormatFloat(fleet.MaxRate, 'g', -1, 64) + ` in
+all). A run may expect at most ` + thousands(fleet.MaxInterruptions) + ` interruptions (rates × GPUs ×
+hours). Classes:
 ` + wrapList(fleet.ClassNames(), "  ", 72) + `
 
 Prints interruptions by class, the measured mean time between
@@ -95,8 +97,8 @@ The same --seed gives the same run.`,
 	}
 	addFormatFlag(cmd, &fl.format)
 	f := cmd.Flags()
-	f.IntVar(&fl.gpus, "gpus", 16384, "GPUs the job spans")
-	f.IntVar(&fl.gpusPerNode, "gpus-per-node", fleet.DefaultGPUsPerNode, "GPUs per node")
+	f.IntVar(&fl.gpus, "gpus", 16384, "GPUs the job spans (at most "+thousands(fleet.MaxGPUs)+")")
+	f.IntVar(&fl.gpusPerNode, "gpus-per-node", fleet.DefaultGPUsPerNode, "GPUs per node (at most "+strconv.Itoa(fleet.MaxGPUsPerNode)+")")
 	f.Float64Var(&fl.days, "days", 54, "simulated days")
 	f.Uint64Var(&fl.seed, "seed", 1, "random seed; the same seed gives the same run")
 	f.StringVar(&fl.model, "model", fleet.DefaultModel, "GPU model: "+joinOr(fleet.Models()))
@@ -105,7 +107,7 @@ The same --seed gives the same run.`,
 	f.BoolVar(&fl.async, "async", false, "asynchronous checkpoints: stall only for the snapshot, write in the background")
 	f.DurationVar(&fl.asyncStall, "async-stall", 0, "stall of an asynchronous checkpoint (default checkpoint cost × 6/149)")
 	f.DurationVar(&fl.restart, "restart-cost", fleet.DefaultRestartCost, "down time of every interruption before class recovery")
-	f.StringVar(&fl.ratesFile, "rates", "", "YAML or JSON file of class: rate per GPU-hour, overriding the defaults")
+	f.StringVar(&fl.ratesFile, "rates", "", "YAML or JSON file of class: rate per GPU-hour, overriding the defaults (at most "+strconv.FormatFloat(fleet.MaxRate, 'g', -1, 64)+" per GPU-hour in all)")
 	return cmd
 }
 
@@ -116,8 +118,12 @@ func (fl twinSimulateFlags) options() (fleet.Options, error) {
 	switch {
 	case fl.gpus <= 0:
 		return fleet.Options{}, fmt.Errorf("--gpus: must be positive, got %d", fl.gpus)
+	case fl.gpus > fleet.MaxGPUs:
+		return fleet.Options{}, fmt.Errorf("--gpus: at most %s, got %d", thousands(fleet.MaxGPUs), fl.gpus)
 	case fl.gpusPerNode <= 0:
 		return fleet.Options{}, fmt.Errorf("--gpus-per-node: must be positive, got %d", fl.gpusPerNode)
+	case fl.gpusPerNode > fleet.MaxGPUsPerNode:
+		return fleet.Options{}, fmt.Errorf("--gpus-per-node: at most %d, got %d", fleet.MaxGPUsPerNode, fl.gpusPerNode)
 	case math.IsNaN(fl.days) || fl.days <= 0 || fl.days > maxDays:
 		return fleet.Options{}, fmt.Errorf("--days: must be in (0, %d], got %v", maxDays, fl.days)
 	case !slices.Contains(fleet.Models(), fl.model):
@@ -143,10 +149,19 @@ func (fl twinSimulateFlags) options() (fleet.Options, error) {
 			return fleet.Options{}, fmt.Errorf("--rates: %s: %w", fl.ratesFile, err)
 		}
 	}
+	window := time.Duration(fl.days * float64(24*time.Hour))
+	if n := fleet.ExpectedInterruptions(classes, fl.gpus, window); n > fleet.MaxInterruptions {
+		total := 0.0
+		for _, c := range classes {
+			total += c.Rate
+		}
+		return fleet.Options{}, fmt.Errorf("--days: %s days of %s GPUs at %.3g interruptions per GPU-hour expect %s interruptions, over the limit of %s; lower --days, --gpus or the --rates",
+			strconv.FormatFloat(fl.days, 'f', -1, 64), thousands(float64(fl.gpus)), total, thousands(n), thousands(fleet.MaxInterruptions))
+	}
 	return fleet.Options{
 		GPUs:               fl.gpus,
 		GPUsPerNode:        fl.gpusPerNode,
-		Duration:           time.Duration(fl.days * float64(24*time.Hour)),
+		Duration:           window,
 		Seed:               fl.seed,
 		Model:              fl.model,
 		Classes:            classes,

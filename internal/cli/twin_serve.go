@@ -7,6 +7,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -51,8 +52,8 @@ runs. Stop with Ctrl-C.`,
 	f.StringVar(&fl.listen, "listen", "127.0.0.1:9400", "address to serve on (dcgm-exporter's port; loopback unless you widen it)")
 	f.Uint64Var(&fl.seed, "seed", 1, "seed of the twin; the same seed gives the same cluster")
 	f.StringVar(&fl.cluster, "cluster", "", "twin cluster spec YAML (default: two 8-GPU H200 nodes)")
-	f.Float64Var(&fl.speed, "speed", 1, "virtual seconds per wall second")
-	f.DurationVar(&fl.warmup, "warmup", 20*time.Minute, "fault-free virtual time to run before serving")
+	f.Float64Var(&fl.speed, "speed", 1, "virtual seconds per wall second (at most "+strconv.Itoa(live.MaxSpeed)+")")
+	f.DurationVar(&fl.warmup, "warmup", 20*time.Minute, "fault-free virtual time to run before serving (at most "+twin.MaxWarmup.String()+")")
 	return cmd
 }
 
@@ -60,8 +61,11 @@ func (fl twinServeFlags) run(cmd *cobra.Command) error {
 	switch {
 	case math.IsNaN(fl.speed) || fl.speed <= 0 || math.IsInf(fl.speed, 0):
 		return fmt.Errorf("--speed: must be a positive number, got %v", fl.speed)
-	case fl.warmup < 0:
-		return fmt.Errorf("--warmup: must not be negative, got %s", fl.warmup)
+	case fl.speed > live.MaxSpeed:
+		return fmt.Errorf("--speed: at most %d virtual seconds per wall second, got %v", live.MaxSpeed, fl.speed)
+	}
+	if err := twin.CheckWarmup("--warmup", fl.warmup); err != nil {
+		return err
 	}
 	opts := live.Options{Twin: twin.Options{Seed: fl.seed}, Speed: fl.speed, Warmup: fl.warmup}
 	if fl.cluster != "" {

@@ -108,6 +108,10 @@ func TestTwinServeBadFlags(t *testing.T) {
 	}{
 		{"zero speed", []string{"--speed", "0"}, 2, "--speed: must be a positive number, got 0"},
 		{"negative warm-up", []string{"--warmup", "-1m"}, 2, "--warmup: must not be negative, got -1m0s"},
+		{"warm-up past the limit", []string{"--warmup", "10000h"}, 2, "--warmup: at most 24h0m0s, got 10000h0m0s"},
+		{"speed past the limit", []string{"--speed", "1e30"}, 2, "--speed: at most 3600 virtual seconds per wall second, got 1e+30"},
+		{"NaN speed", []string{"--speed", "NaN"}, 2, "--speed: must be a positive number, got NaN"},
+		{"infinite speed", []string{"--speed", "+Inf"}, 2, "--speed: must be a positive number, got +Inf"},
 		{"missing cluster file", []string{"--cluster", "/nonexistent/cluster.yaml"}, 2, "--cluster: load cluster spec"},
 		{"port in use", []string{"--listen", busy.Addr().String(), "--warmup", "0s"}, 1, "--listen: listen tcp " + busy.Addr().String()},
 		{"extra argument", []string{"now"}, 2, `unknown command "now"`},
@@ -118,6 +122,9 @@ func TestTwinServeBadFlags(t *testing.T) {
 			code, _, errs := runCLI(t, "", append([]string{"twin", "serve"}, tc.args...)...)
 			if code != tc.code || !strings.Contains(errs, tc.want) {
 				t.Errorf("exit %d, stderr %q; want exit %d and %q", code, errs, tc.code, tc.want)
+			}
+			if tc.code == 2 && (strings.Count(errs, "\n") != 1 || !strings.HasPrefix(errs, "gpuchaos: ")) {
+				t.Errorf("stderr %q, want one line starting gpuchaos:", errs)
 			}
 		})
 	}

@@ -16,7 +16,7 @@ type Class struct {
 	// for example "faulty-gpu".
 	Name string
 	// Rate is the expected number of interruptions of this class per
-	// GPU-hour; it must be finite and not negative.
+	// GPU-hour; it must be finite, not negative and at most MaxRate.
 	Rate float64
 	// Recovery is extra down time beyond the job's restart cost: draining
 	// and swapping a node, or waiting for a watchdog to notice a hang.
@@ -97,8 +97,9 @@ func ClassNames() []string {
 
 // WithRates returns a copy of classes whose rates are replaced by those in
 // rates; classes missing from rates keep theirs. A name that is not one of
-// the classes, or a rate that is negative, NaN or infinite, is an error
-// naming the class.
+// the classes, or a rate that is negative, NaN, infinite or over MaxRate,
+// is an error naming the class; rates adding up to more than MaxRate are
+// an error too.
 func WithRates(classes []Class, rates map[string]float64) ([]Class, error) {
 	out := append([]Class(nil), classes...)
 	index := make(map[string]int, len(out))
@@ -122,6 +123,9 @@ func WithRates(classes []Class, rates map[string]float64) ([]Class, error) {
 		}
 		out[i].Rate = r
 	}
+	if err := checkTotal(out); err != nil {
+		return nil, err
+	}
 	return out, nil
 }
 
@@ -131,6 +135,20 @@ func checkRate(r float64) error {
 		return fmt.Errorf("rate %v is not a finite number", r)
 	case r < 0:
 		return fmt.Errorf("rate %v is negative", r)
+	case r > MaxRate:
+		return fmt.Errorf("rate %v per GPU-hour is over the limit of %v (a failure every GPU-hour; Llama 3's fleet saw 2e-5)", r, MaxRate)
+	}
+	return nil
+}
+
+// checkTotal refuses classes whose rates add up to more than MaxRate.
+func checkTotal(classes []Class) error {
+	total := 0.0
+	for _, c := range classes {
+		total += c.Rate
+	}
+	if total > MaxRate {
+		return fmt.Errorf("the rates of all classes add up to %.6g per GPU-hour, over the limit of %v", total, MaxRate)
 	}
 	return nil
 }

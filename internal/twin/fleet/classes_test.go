@@ -84,6 +84,10 @@ func TestWithRates(t *testing.T) {
 		{name: "NaN", rates: map[string]float64{"hbm3": math.NaN()}, wantErr: `class "hbm3": rate NaN is not a finite number`},
 		{name: "infinite", rates: map[string]float64{"nic": math.Inf(1)}, wantErr: `class "nic": rate +Inf is not a finite number`},
 		{name: "first error in name order", rates: map[string]float64{"zzz": 1, "aaa": 1}, wantErr: `class "aaa"`},
+		{name: "over the limit", rates: map[string]float64{"faulty-gpu": 1000}, wantErr: `class "faulty-gpu": rate 1000 per GPU-hour is over the limit of 1`},
+		{name: "1e30", rates: map[string]float64{"faulty-gpu": 1e30}, wantErr: `class "faulty-gpu": rate 1e+30 per GPU-hour is over the limit of 1`},
+		{name: "at the limit", rates: map[string]float64{"faulty-gpu": 1 - 2e-5}, check: map[string]float64{"faulty-gpu": 1 - 2e-5}},
+		{name: "adding up over the limit", rates: map[string]float64{"faulty-gpu": 0.6, "hbm3": 0.6}, wantErr: "the rates of all classes add up to 1.20001 per GPU-hour, over the limit of 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -92,6 +92,9 @@ func TestLoadRates(t *testing.T) {
 		{name: "negative rate", path: write("neg.json", `{"sram": -2e-7}`),
 			wantErr: []string{"neg.json", `class "sram"`, "negative"}},
 		{name: "syntax", path: write("bad.yaml", "sram 2\n"), wantErr: []string{"bad.yaml", "line 1"}},
+		{name: "rate past the limit", path: write("big.yaml", "faulty-gpu: 1000\n"),
+			wantErr: []string{"big.yaml", `class "faulty-gpu"`, "over the limit of 1"}},
+		{name: "NaN rate", path: write("nan.yaml", "hbm3: .nan\n"), wantErr: []string{"nan.yaml", `class "hbm3"`, "not a finite number"}},
 		{name: "missing file", path: filepath.Join(dir, "absent.yaml"), wantErr: []string{"absent.yaml", "read rates file"}},
 	}
 	for _, tt := range tests {

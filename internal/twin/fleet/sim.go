@@ -21,6 +21,37 @@ const (
 	DefaultRestartCost        = 10 * time.Minute
 )
 
+// Limits on Options, so that no input can make Simulate eat the host's
+// memory or run for ever. Errors past them name the limit.
+const (
+	// MaxGPUs is the largest fleet: 2^20, 64 times Llama 3's 16,384 and
+	// five times the largest clusters announced in 2025.
+	MaxGPUs = 1 << 20
+	// MaxGPUsPerNode is the most GPUs of one node, as in the twin: 72, a
+	// GB200 NVL72 rack counted as one node.
+	MaxGPUsPerNode = 72
+	// MaxRate is the highest interruption rate per GPU-hour, for each
+	// class and for all classes together: one failure per GPU every hour,
+	// fifty thousand times Llama 3's 2e-5.
+	MaxRate = 1.0
+	// MaxInterruptions bounds the interruptions a run may expect (rates ×
+	// GPUs × Duration): every one is an event and an entry of
+	// Result.Events. At the limit a run takes about a second and 150 MB;
+	// the default rates reach it only past a century of 16,384 GPUs or
+	// 2.7 years of MaxGPUs.
+	MaxInterruptions = 500_000
+)
+
+// ExpectedInterruptions is the number of random interruptions a run of
+// classes over gpus for d expects: the sum of the rates × gpus × hours.
+func ExpectedInterruptions(classes []Class, gpus int, d time.Duration) float64 {
+	total := 0.0
+	for _, c := range classes {
+		total += c.Rate
+	}
+	return total * float64(gpus) * d.Hours()
+}
+
 // asyncStallRatio is the stall of an asynchronous checkpoint as a share of
 // the synchronous cost, from the 7B-model measurement in DESIGN.md §6 (a
 // 149 s stall cut to 6 s).
@@ -43,10 +74,10 @@ func Models() []string { return []string{"A100", "H100", "H200", "B200"} }
 // Options describe one fleet-wide synchronous training job. The zero value
 // of every field but GPUs and Duration means the documented default.
 type Options struct {
-	// GPUs is the number of GPUs the job spans; it must be positive.
+	// GPUs is the number of GPUs the job spans, from 1 to MaxGPUs.
 	GPUs int
 	// GPUsPerNode groups GPUs into nodes for reporting which node a
-	// failure hit; zero means DefaultGPUsPerNode.
+	// failure hit, at most MaxGPUsPerNode; zero means DefaultGPUsPerNode.
 	GPUsPerNode int
 	// Duration is the simulated wall-clock window; it must be positive.
 	Duration time.Duration
@@ -55,6 +86,8 @@ type Options struct {
 	// Model is the GPU model, one of Models; empty means DefaultModel.
 	Model string
 	// Classes are the interruption classes; nil means DefaultClasses.
+	// Their rates add up to at most MaxRate, and with GPUs and Duration
+	// expect at most MaxInterruptions.
 	Classes []Class
 	// CheckpointInterval is the running time between the end of one
 	// checkpoint (or a resume) and the start of the next; zero means
@@ -208,11 +241,14 @@ func (o Options) withDefaults() (Options, []string, error) {
 	if o.GPUs <= 0 {
 		return bad("GPUs must be positive, got %d", o.GPUs)
 	}
+	if o.GPUs > MaxGPUs {
+		return bad("GPUs must be at most %d, got %d", MaxGPUs, o.GPUs)
+	}
 	if o.Duration <= 0 {
 		return bad("Duration must be positive, got %s", o.Duration)
 	}
-	if o.GPUsPerNode < 0 {
-		return bad("GPUsPerNode must not be negative, got %d", o.GPUsPerNode)
+	if o.GPUsPerNode < 0 || o.GPUsPerNode > MaxGPUsPerNode {
+		return bad("GPUsPerNode must be in 0..%d, got %d", MaxGPUsPerNode, o.GPUsPerNode)
 	}
 	for _, d := range []struct {
 		name string
@@ -271,6 +307,12 @@ func (o Options) withDefaults() (Options, []string, error) {
 		if c.Recovery < 0 {
 			return bad("class %q: Recovery must not be negative, got %s", c.Name, c.Recovery)
 		}
+	}
+	if err := checkTotal(o.Classes); err != nil {
+		return bad("%v", err)
+	}
+	if n := ExpectedInterruptions(o.Classes, o.GPUs, o.Duration); n > MaxInterruptions {
+		return bad("%.0f interruptions expected (rates × GPUs × Duration), over the limit of %d", n, MaxInterruptions)
 	}
 	o.Injected = append([]Injection(nil), o.Injected...)
 	for _, in := range o.Injected {

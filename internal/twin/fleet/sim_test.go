@@ -427,6 +427,11 @@ func TestSimulateRejectsBadOptions(t *testing.T) {
 		{"injection of unknown class", func(o *Options) { o.Injected = []Injection{{Class: "nope"}} }, `class "nope"`},
 		{"injection after the window", func(o *Options) { o.Injected = []Injection{{At: 2 * day, Class: "hbm3"}} }, "outside the window"},
 		{"injection on a missing GPU", func(o *Options) { o.Injected = []Injection{{Class: "hbm3", GPU: 8}} }, "GPU 8 outside"},
+		{"GPUs past the limit", func(o *Options) { o.GPUs = 2_000_000_000 }, "GPUs must be at most 1048576, got 2000000000"},
+		{"GPUs per node past the limit", func(o *Options) { o.GPUsPerNode = 73 }, "GPUsPerNode must be in 0..72, got 73"},
+		{"rate past the limit", func(o *Options) { o.Classes = []Class{{Name: "x", Rate: 1000}} }, `class "x": rate 1000 per GPU-hour is over the limit of 1`},
+		{"rates adding up past the limit", func(o *Options) { o.Classes = []Class{{Name: "x", Rate: 0.7}, {Name: "y", Rate: 0.7}} }, "the rates of all classes add up to 1.4 per GPU-hour"},
+		{"too many interruptions expected", func(o *Options) { o.GPUs, o.Classes = MaxGPUs, []Class{{Name: "x", Rate: 0.1}} }, "2516582 interruptions expected (rates × GPUs × Duration), over the limit of 500000"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
