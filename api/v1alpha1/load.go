@@ -184,6 +184,9 @@ func Load(data []byte, source string) (*Experiment, error) {
 		return nil, &LoadError{Source: source, Line: root.Line, Msg: fmt.Sprintf("document must be a mapping (an Experiment object), got %s", describe(root))}
 	}
 
+	if clusterSpecLike(root) {
+		return nil, &LoadError{Source: source, Line: root.Line, Msg: "this is a twin cluster spec (nodes, jobs), not an Experiment: pass it with --cluster, and the experiment as the file"}
+	}
 	c := &converter{source: source, lines: map[string]int{"": root.Line}, budget: maxYAMLNodes}
 	tree, err := c.convert(root, reflect.TypeFor[Experiment](), "")
 	if err != nil {
@@ -205,6 +208,17 @@ func Load(data []byte, source string) (*Experiment, error) {
 	}
 	exp.src = &sourceMap{source: source, lines: c.lines}
 	return exp, nil
+}
+
+// clusterSpecLike reports whether a mapping without apiVersion and kind has
+// the top-level keys of a twin cluster spec, the other YAML file gpuchaos
+// reads and the one most often passed in the wrong place.
+func clusterSpecLike(m *yaml.Node) bool {
+	keys := map[string]bool{}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		keys[m.Content[i].Value] = true
+	}
+	return !keys["apiVersion"] && !keys["kind"] && (keys["nodes"] || keys["jobs"])
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)

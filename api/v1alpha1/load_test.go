@@ -120,6 +120,7 @@ func TestLoadErrors(t *testing.T) {
 		{"malformed", "a: [1,\n", "t.yaml:1: malformed YAML: did not find expected node content"},
 		{"tab indentation", "spec:\n\tduration: 5m\n", "t.yaml:2: malformed YAML: found character that cannot start any token"},
 		{"scalar document", "hello\n", `t.yaml:1: document must be a mapping (an Experiment object), got string "hello"`},
+		{"a twin cluster spec", "name: h200-2x8\nnodes:\n  count: 2\n", "t.yaml:1: this is a twin cluster spec (nodes, jobs), not an Experiment: pass it with --cluster, and the experiment as the file"},
 		{"misspelt inline field", "apiversion: x\n", "t.yaml:1: apiversion: unknown field (did you mean apiVersion?)"},
 		{"unknown nested field", head + "spec:\n  faults:\n    - id: a\n    - id: b\n      parms: {}\n", "t.yaml:8: spec.faults[1].parms: unknown field (did you mean params?)"},
 		{"unknown field far from any", head + "spec:\n  selector: {flavour: x}\n", "t.yaml:5: spec.selector.flavour: unknown field (known: gpus, jobs, mode, nodeSelector, nodes, ranks, value)"},

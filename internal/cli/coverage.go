@@ -2,8 +2,11 @@ package cli
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -26,6 +29,8 @@ func newCoverageCmd() *cobra.Command {
 		optIn    []string
 		parallel int
 		output   string
+		failOn   []string
+		showProg bool
 	)
 	cmd := &cobra.Command{
 		Use:   "coverage --rules FILE...",
@@ -46,27 +51,53 @@ pack:recommended.
 
 Formats: table (default), json, junit (one test case per fault, failed when
 nothing catches it within the deadline: a CI gate for alerting), html (a
-self-contained page: heatmap and a timeline per fault).`,
+self-contained page: heatmap and a timeline per fault).
+
+A rule file may hold at most 4 MiB, and one run evaluates at most 20,000
+rules. Rules that can never fire cost nothing per fault. While faults run, a
+progress line is kept on standard error when it is a terminal; --progress
+prints it as plain lines anywhere (CI logs).
+
+Exit status: 0 once the report is written, whatever it found; 2 on bad
+input. With --fail-on, 1 when the report has findings of a kind named (the
+report is written in full first): missed (a fault no detector noticed
+within the deadline, the JUnit report's failed cases), never-fires (a rule
+the analysis says can never fire) or noisy (a detector that fired on the
+fault-free twin).`,
 		Example: `  gpuchaos coverage --rules alerts/gpu.yaml
   gpuchaos coverage --rules pack:typical --faults hardware,numa
-  gpuchaos coverage --rules prometheusrule.yaml --format junit > coverage.xml
+  gpuchaos coverage --rules prometheusrule.yaml --format junit --fail-on missed,noisy > coverage.xml
   gpuchaos coverage --rules pack:typical --format html -o coverage.html`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(ruleArgs) == 0 {
 				return fmt.Errorf("--rules: name at least one rule file or pack (pack:typical)")
 			}
+			gate, err := parseFailOn(failOn)
+			if err != nil {
+				return err
+			}
+			if err := checkOptIn(optIn); err != nil {
+				return err
+			}
 			set, err := loadRules(ruleArgs)
 			if err != nil {
 				return err
 			}
+			if n := len(set.Rules); n > coverage.MaxRules {
+				return fmt.Errorf("--rules: %d rules, over the %d one coverage run evaluates; split them by file or team", n, coverage.MaxRules)
+			}
 			spec := twin.Default()
 			if cluster != "" {
-				if spec, err = twin.LoadClusterSpec(cluster); err != nil {
+				if spec, err = loadCluster(cluster); err != nil {
 					return err
 				}
 			}
-			spec.Exporter.OptIn = append(spec.Exporter.OptIn, optIn...)
+			for _, c := range optIn {
+				if !slices.Contains(spec.Exporter.OptIn, c) {
+					spec.Exporter.OptIn = append(spec.Exporter.OptIn, c)
+				}
+			}
 			faults, err := pickFaults(only)
 			if err != nil {
 				return err
@@ -80,34 +111,19 @@ self-contained page: heatmap and a timeline per fault).`,
 					return err
 				}
 			}
-			opts.Progress = progress(cmd)
+			prog := newProgress(cmd, "coverage", showProg)
+			if prog != nil {
+				opts.Progress = prog.report
+			}
 			res, err := coverage.Run(cmd.Context(), opts)
+			prog.end()
 			if err != nil {
 				return failed(fmt.Errorf("coverage: %w", err))
 			}
-			w := cmd.OutOrStdout()
-			if output != "" {
-				file, err := os.Create(output)
-				if err != nil {
-					return failed(err)
-				}
-				defer file.Close()
-				w = file
-			}
-			switch f {
-			case "json":
-				err = writeJSON(w, report.NewCoverageDoc(res))
-			case "junit":
-				err = report.CoverageJUnit(w, res)
-			case "html":
-				err = report.CoverageHTML(w, res, "gpuchaos coverage of "+strings.Join(ruleArgs, ", "))
-			default:
-				err = report.CoverageTable(w, res)
-			}
-			if err != nil {
+			if err := writeCoverage(cmd, res, f, output, "gpuchaos coverage of "+strings.Join(ruleArgs, ", ")); err != nil {
 				return failed(err)
 			}
-			return nil
+			return gate.check(report.CoverageFindings(res))
 		},
 	}
 	addFormatFlag(cmd, &f, "table", "json", "junit", "html")
@@ -120,7 +136,113 @@ self-contained page: heatmap and a timeline per fault).`,
 	cmd.Flags().StringSliceVar(&optIn, "opt-in", nil, "dcgm-exporter opt-in counters your exporter has enabled (e.g. DCGM_FI_DEV_ECC_DBE_VOL_TOTAL)")
 	cmd.Flags().IntVar(&parallel, "parallel", 0, "twins run at once (default: one per CPU)")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write the report to this file instead of standard output")
+	cmd.Flags().StringSliceVar(&failOn, "fail-on", nil, "exit 1 when the report has these findings: missed, never-fires, noisy; repeat or separate with commas (default: exit 0 whatever it found)")
+	cmd.Flags().BoolVar(&showProg, "progress", false, "print progress lines on standard error even when it is not a terminal (default: only on a terminal)")
 	return cmd
+}
+
+// writeCoverage writes the report in format f to the file named output, or
+// to standard output when it is empty.
+func writeCoverage(cmd *cobra.Command, res *coverage.Result, f format, output, title string) error {
+	w := cmd.OutOrStdout()
+	var file *os.File
+	if output != "" {
+		var err error
+		if file, err = os.Create(output); err != nil {
+			return fmt.Errorf("write report: %w", err)
+		}
+		w = file
+	}
+	var err error
+	switch f {
+	case "json":
+		err = writeJSON(w, report.NewCoverageDoc(res))
+	case "junit":
+		err = report.CoverageJUnit(w, res)
+	case "html":
+		err = report.CoverageHTML(w, res, title)
+	default:
+		err = report.CoverageTable(w, res)
+	}
+	if file != nil {
+		// A full disk shows at Close; the report is not written until it
+		// succeeds.
+		if cerr := file.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+// The findings --fail-on takes, in the order a failure lists them.
+var failOnKinds = []string{"missed", "never-fires", "noisy"}
+
+// failGate is the set of findings --fail-on named.
+type failGate map[string]bool
+
+func parseFailOn(vals []string) (failGate, error) {
+	g := failGate{}
+	for _, v := range vals {
+		v = strings.TrimSpace(v)
+		if !slices.Contains(failOnKinds, v) {
+			return nil, fmt.Errorf("--fail-on: %q is not one of %s", v, joinOr(failOnKinds))
+		}
+		g[v] = true
+	}
+	return g, nil
+}
+
+// check fails the run (exit 1) when the findings hold a kind the gate
+// names, with one line saying how many of each and the first few.
+func (g failGate) check(f report.Findings) error {
+	var parts []string
+	add := func(kind string, list []string, noun string) {
+		if g[kind] && len(list) > 0 {
+			if len(list) > 1 {
+				noun += "s"
+			}
+			parts = append(parts, fmt.Sprintf("%s: %d %s (%s)", kind, len(list), noun, firstFew(list, 3)))
+		}
+	}
+	add("missed", f.Missed, "fault")
+	add("never-fires", f.NeverFires, "rule")
+	add("noisy", f.Noisy, "detector")
+	if len(parts) == 0 {
+		return nil
+	}
+	return failed(fmt.Errorf("--fail-on: %s", strings.Join(parts, "; ")))
+}
+
+func firstFew(list []string, n int) string {
+	if len(list) <= n {
+		return strings.Join(list, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(list[:n], ", "), len(list)-n)
+}
+
+// checkOptIn refuses --opt-in values the twin cannot export, before any
+// twin is built: the twin's spec would refuse them later with an error
+// chain that names no flag (issue 12).
+func checkOptIn(vals []string) error {
+	known := twin.OptInCounters()
+	for _, c := range vals {
+		// The twin's spec takes the counter's older name too.
+		if slices.Contains(known, c) || c == "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS" {
+			continue
+		}
+		list := strings.Join(known, ", ")
+		if m, ok := rules.LookupMetric(c); ok {
+			if m.Availability == rules.AvailDefault {
+				return fmt.Errorf("--opt-in: %s is exported by default (%s); --opt-in takes counters the default set leaves off (known: %s)", c, m.Source, list)
+			}
+			return fmt.Errorf("--opt-in: %s is an opt-in counter of %s that the twin does not simulate (it simulates: %s)", c, m.Source, list)
+		}
+		return fmt.Errorf("--opt-in: %s is not a dcgm-exporter opt-in counter gpuchaos knows (known: %s)", c, list)
+	}
+	return nil
 }
 
 // loadRules reads rule files and bundled packs into one set.
@@ -148,16 +270,44 @@ func loadRules(args []string) (*rules.Set, error) {
 	return set, nil
 }
 
-// progress reports each finished fault on a terminal's stderr.
-func progress(cmd *cobra.Command) func(done, total int, id string) {
-	stderr := cmd.ErrOrStderr()
-	if !isTerminal(stderr) {
+// progressLine shows how far a coverage run is: on a terminal one line
+// rewritten in place and erased at the end; in plain lines when forced, as
+// CI logs want them; not at all otherwise. A nil *progressLine is off.
+type progressLine struct {
+	w       io.Writer
+	name    string
+	inPlace bool
+	start   time.Time
+	shown   bool
+}
+
+func newProgress(cmd *cobra.Command, name string, force bool) *progressLine {
+	w := cmd.ErrOrStderr()
+	tty := isTerminal(w)
+	if !tty && !force {
 		return nil
 	}
-	return func(done, total int, id string) {
-		fmt.Fprintf(stderr, "\r\033[K[%d/%d] %s", done, total, id)
-		if done == total {
-			fmt.Fprint(stderr, "\r\033[K")
-		}
+	return &progressLine{w: w, name: name, inPlace: !force, start: time.Now()}
+}
+
+// report is a coverage.Options.Progress; calls never overlap.
+func (p *progressLine) report(stage string, done, total int) {
+	what := "faults"
+	if stage == coverage.StageSuggestions {
+		what = "suggestions verified"
+	}
+	line := fmt.Sprintf("%s: %d/%d %s, %.1f s", p.name, done, total, what, time.Since(p.start).Seconds())
+	if p.inPlace {
+		fmt.Fprintf(p.w, "\r\033[K%s", line)
+		p.shown = true
+		return
+	}
+	fmt.Fprintln(p.w, line)
+}
+
+// end erases the in-place line, so the report starts on a clean one.
+func (p *progressLine) end() {
+	if p != nil && p.shown {
+		fmt.Fprint(p.w, "\r\033[K")
 	}
 }

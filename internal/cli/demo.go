@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/coverage"
@@ -49,7 +50,7 @@ matrix is written to --html.`,
 			spec := twin.Default()
 			if cluster != "" {
 				var err error
-				if spec, err = twin.LoadClusterSpec(cluster); err != nil {
+				if spec, err = loadCluster(cluster); err != nil {
 					return err
 				}
 			}
@@ -66,9 +67,14 @@ matrix is written to --html.`,
 				return err
 			}
 			opts := coverage.Options{Spec: spec, Faults: faults, Seed: seed, Parallel: parallel,
-				Rules: set, Recommended: recommended, Progress: progress(cmd)}
+				Rules: set, Recommended: recommended}
+			prog := newProgress(cmd, "demo", false)
+			if prog != nil {
+				opts.Progress = prog.report
+			}
 			start := time.Now()
 			res, err := coverage.Run(cmd.Context(), opts)
+			prog.end()
 			if err != nil {
 				return failed(fmt.Errorf("demo: %w", err))
 			}
@@ -168,11 +174,9 @@ func writeHTML(path string, res *coverage.Result) error {
 	return f.Close()
 }
 
+// isTerminal reports whether w is a terminal. A character device is not
+// enough: /dev/null is one, and `2>/dev/null` must not get progress lines.
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }

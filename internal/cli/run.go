@@ -93,7 +93,7 @@ on a bad file or flag.`,
 			}
 			spec := twin.Default()
 			if cluster != "" {
-				if spec, err = twin.LoadClusterSpec(cluster); err != nil {
+				if spec, err = loadCluster(cluster); err != nil {
 					return err
 				}
 			}

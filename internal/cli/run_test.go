@@ -163,6 +163,9 @@ func TestRunTargetNotAvailable(t *testing.T) {
 	}
 }
 
+// TestRunLocalWithoutGPU: without NVML a local run still recovers its
+// ledger and goes on with what it can select; a GPU fault then fails on
+// the selector, naming the GPU, and says why no GPU is listed.
 func TestRunLocalWithoutGPU(t *testing.T) {
 	t.Parallel()
 	if src, err := gpu.OpenNVML(); err == nil {
@@ -171,11 +174,35 @@ func TestRunLocalWithoutGPU(t *testing.T) {
 	}
 	ledgerPath := filepath.Join(t.TempDir(), "ledger.jsonl")
 	code, out, errs := runCLI(t, "", "run", "../../examples/local/xid-kernel-log.yaml", "--target", "local", "--ledger", ledgerPath)
-	if code != 1 || !strings.Contains(errs, "--target local: cannot list this node's GPUs") || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
-		t.Errorf("exit %d, stdout %q, stderr %q; want exit 1 and one line naming the GPU listing", code, out, errs)
+	if code != 2 || !strings.Contains(errs, `spec.selector.gpus[0]: GPU "0" is not on the inventory`) ||
+		!strings.Contains(errs, "note: no GPUs listed") || !strings.Contains(errs, "node, job, rank and checkpoint faults can") {
+		t.Errorf("exit %d, stdout %q, stderr %q; want exit 2 naming the GPU the selector asks for and why none is listed", code, out, errs)
 	}
-	if _, err := os.Stat(ledgerPath); err == nil {
-		t.Errorf("a run that could not start created its ledger")
+}
+
+// TestMisplacedFiles: the two YAML files gpuchaos reads, each passed where
+// the other belongs, and a local experiment run on the twin: one line that
+// says what to do instead, exit 2.
+func TestMisplacedFiles(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"cluster spec as the experiment", []string{"run", "../../examples/twin/h200-2x8.yaml"}, "this is a twin cluster spec (nodes, jobs), not an Experiment: pass it with --cluster"},
+		{"experiment as demo's cluster", []string{"demo", "--cluster", "../../examples/thermal-throttle.yaml"}, "--cluster: ../../examples/thermal-throttle.yaml has kind: Experiment, not a twin cluster spec: run it with 'gpuchaos run ../../examples/thermal-throttle.yaml'"},
+		{"experiment as run's cluster", []string{"run", "../../examples/thermal-throttle.yaml", "--cluster", "../../examples/thermal-throttle.yaml"}, "has kind: Experiment, not a twin cluster spec"},
+		{"local experiment on the twin", []string{"run", "../../examples/local/sm-burn.yaml"}, `"burn" of exhaustion.sm-burn runs on target local or k8s, not twin: use --target local`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			code, _, errs := runCLI(t, "", tt.args...)
+			if code != 2 || !strings.Contains(errs, tt.want) || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+				t.Errorf("exit %d, stderr %q; want 2 and one line containing %q", code, errs, tt.want)
+			}
+		})
 	}
 }
 

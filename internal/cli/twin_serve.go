@@ -69,7 +69,7 @@ func (fl twinServeFlags) run(cmd *cobra.Command) error {
 	}
 	opts := live.Options{Twin: twin.Options{Seed: fl.seed}, Speed: fl.speed, Warmup: fl.warmup}
 	if fl.cluster != "" {
-		spec, err := twin.LoadClusterSpec(fl.cluster)
+		spec, err := loadCluster(fl.cluster)
 		if err != nil {
 			return fmt.Errorf("--cluster: %w", err)
 		}

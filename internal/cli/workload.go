@@ -178,6 +178,13 @@ files, and the step a resume would start from (0: a fresh start).`,
   gpuchaos workload verify /tmp/ckpt --format json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Scan takes a missing directory for a fresh start, as the
+			// training script must; asked to verify one, that is a typo.
+			if fi, err := os.Stat(args[0]); err != nil {
+				return fmt.Errorf("%s: %w", args[0], errors.Unwrap(err))
+			} else if !fi.IsDir() {
+				return fmt.Errorf("%s: not a directory; want the checkpoint directory", args[0])
+			}
 			cps, temps, err := workload.Scan(args[0])
 			if err != nil {
 				return failed(err)

@@ -30,6 +30,8 @@ func TestWorkloadBadInput(t *testing.T) {
 		{"negative restarts", []string{"workload", "run", "--steps", "10", "--max-restarts", "-1"}, "negative"},
 		{"stray argument", []string{"workload", "run", "--steps", "10", "extra"}, "unknown command"},
 		{"verify without dir", []string{"workload", "verify"}, "accepts 1 arg"},
+		{"verify a missing dir", []string{"workload", "verify", "/nonexistent-gpuchaos-ckpt"}, "/nonexistent-gpuchaos-ckpt: no such file or directory"},
+		{"verify a file", []string{"workload", "verify", "/etc/hostname"}, "not a directory"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

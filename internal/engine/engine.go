@@ -268,7 +268,14 @@ func (e *Engine) mechanism(f *catalog.Fault, name string, allowRisk bool) (*cata
 	if name == "" {
 		return nil, fmt.Errorf("%s has no mechanism for target %s", f.ID, tn)
 	}
-	return nil, fmt.Errorf("%q is not a mechanism of %s on target %s (mechanisms: %s)", name, f.ID, tn, strings.Join(names, ", "))
+	for _, m := range f.Mechanisms {
+		if m.Name == name && len(m.Targets) > 0 {
+			// The mechanism exists, on other targets: the likely mistake
+			// is the target, not the file.
+			return nil, fmt.Errorf("%q of %s runs on target %s, not %s: use --target %s, or leave the mechanism out to use %s's own", name, f.ID, strings.Join(m.Targets, " or "), tn, m.Targets[0], tn)
+		}
+	}
+	return nil, fmt.Errorf("%q is not a mechanism of %s (mechanisms: %s)", name, f.ID, strings.Join(names, ", "))
 }
 
 func refKey(r target.Ref) string {
