@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -37,6 +38,11 @@ type Spec struct {
 	// (continue a process it keeps stopping) asks for SIGTERM and
 	// catches it.
 	Pdeathsig syscall.Signal
+	// Mark, when set, goes into the child's environment as MarkEnv=Mark:
+	// the record the child belongs to, by which Find and StopMarked find
+	// it when no record names it (its injector died between starting it
+	// and recording it, or the child outlived a Pdeathsig it caught).
+	Mark string
 }
 
 // Child is a process a Group started.
@@ -114,6 +120,9 @@ func (g *Group) spawn(s Spec, r, w *os.File) (*Child, *exec.Cmd, error) {
 	cmd.Stdout, cmd.Stderr = s.Output, s.Output
 	cmd.ExtraFiles = []*os.File{w} // descriptor 3
 	cmd.Env = s.Env
+	if s.Mark != "" {
+		cmd.Env = append(slices.Clone(s.Env), MarkEnv+"="+s.Mark)
+	}
 	// A group of its own: the child's children, if it ever has any, are
 	// stopped with it, and a terminal's ^C to gpuchaos does not reach it
 	// behind the engine's back (the engine recovers it in order).

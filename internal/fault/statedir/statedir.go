@@ -117,6 +117,18 @@ func Escaped(key string, escapeLeadingDot bool) string {
 // File is the path of key's record.
 func (d *Dir) File(key string) string { return filepath.Join(d.path, d.Name(key)+".json") }
 
+// Mark names key's record for the processes an injector starts for it
+// (childproc.Spec.Mark): the record's absolute path, the same in every
+// process that shares the directory, so a recovery in a fresh process
+// finds the children of key that no record names.
+func (d *Dir) Mark(key string) string {
+	f := d.File(key)
+	if abs, err := filepath.Abs(f); err == nil {
+		return abs
+	}
+	return f
+}
+
 // Lock serialises the calls for one key and returns the unlock.
 func (d *Dir) Lock(key string) func() {
 	d.mu.Lock()
