@@ -60,7 +60,7 @@ func (in *Injector) pace(ctx context.Context, key string, st state, v catalog.Va
 		"--for="+fault.HoldFor(ctx, time.Now()).Round(time.Second).String(),
 		"--ready-fd=3")
 	c, err := in.pacers.Start(childproc.Spec{Path: in.opts.Exec, Args: args, Env: append(os.Environ(), in.opts.env...),
-		Output: logFile, Pdeathsig: syscall.SIGTERM})
+		Output: logFile, Pdeathsig: syscall.SIGTERM, Mark: in.dir.Mark(key)})
 	if err != nil {
 		return errors.Join(fmt.Errorf("start the pacer: %w", err), in.dir.Remove(key))
 	}
@@ -89,26 +89,33 @@ func (in *Injector) pace(ctx context.Context, key string, st state, v catalog.Va
 	return nil
 }
 
-// unpace stops the recorded pacer, then continues the rank itself: the
-// pacer continues it on SIGTERM, but one that was SIGKILLed (by anyone, or
-// by us after its grace) between a stop and a continue left it stopped.
-// It reports whether the rank is gone.
-func (in *Injector) unpace(ctx context.Context, key string, st state) (gone bool, err error) {
+// unpace stops the pacer, then continues the rank itself: the pacer
+// continues it on SIGTERM, but one that was SIGKILLed (by anyone, or by
+// us after its grace) between a stop and a continue left it stopped. The
+// pacer is the one the record names and any other process carrying the
+// key's mark: an injector killed between starting the pacer and recording
+// it left a pacer only the mark finds, which its Pdeathsig normally ends
+// but may not have yet. It returns the proof when the rank has ended.
+func (in *Injector) unpace(ctx context.Context, key string, st state) (proof string, err error) {
 	if st.Pacer != nil {
 		if err := in.pacers.Stop(ctx, *st.Pacer, in.opts.TermGrace, nil); err != nil {
-			return false, fmt.Errorf("stop the pacer: %w", err)
+			return "", fmt.Errorf("stop the pacer: %w", err)
 		}
 	}
-	err = st.Proc.Signal(syscall.SIGCONT)
-	if errors.Is(err, os.ErrNotExist) {
-		return true, nil
-	}
+	found, err := in.pacers.StopMarked(ctx, in.dir.Mark(key), in.opts.Exec, in.opts.TermGrace, nil)
 	if err != nil {
-		return false, fmt.Errorf("send SIGCONT: %w", err)
+		return "", fmt.Errorf("stop the pacers of %s: %w", key, err)
 	}
-	if err := waitState(ctx, st.Proc, false); err != nil {
-		return false, err
+	if n := len(found.Procs); n > 0 {
+		in.log.Info("stopped unrecorded pacers", "key", key, "count", n)
+	}
+	proof, err = cont(ctx, st.Proc)
+	if err != nil {
+		return "", err
+	}
+	if proof != "" {
+		return proof + "; pacers: " + found.String(), nil
 	}
 	in.log.Info("unpaced rank", "key", key, "pid", st.Proc.PID, "job", st.Job, "rank", st.Rank)
-	return false, nil
+	return "", nil
 }

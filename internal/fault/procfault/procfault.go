@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/cgroup"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
@@ -172,38 +174,30 @@ func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v ca
 // Recover undoes what key's record says: SIGCONT for a hang, the threads
 // moved back for a cgroup-cpu straggler, the pacer stopped and SIGCONT for
 // a duty-cycle straggler, nothing for a kill. It then removes the
-// record. No record is success; a rank that is gone (or whose pid was
-// reused) is left alone and reported as fault.ErrTargetGone.
+// record. No record is success. A rank that has ended (procfind.Proc.Gone:
+// its pid absent, another process's, or a zombie with no thread running)
+// is left alone and reported as fault.ErrTargetGone with that proof; a
+// pacer is stopped whether or not the rank lives. Where it cannot tell
+// (a cgroup hierarchy no longer mounted where the record says, a process
+// that may be an unrecorded pacer it cannot look into) the record stays
+// and the error wraps fault.ErrUnproven.
 func (in *Injector) Recover(ctx context.Context, key string) error {
 	var st state
-	var gone bool
+	var proof string
 	err := statedir.Recover(in.dir, key, in.parser(key), func(rec state) (err error) {
 		st = rec
 		switch st.Fault {
 		case idHang:
-			err = st.Proc.Signal(syscall.SIGCONT)
-			if errors.Is(err, os.ErrNotExist) {
-				gone, err = true, nil
-			}
-			if err == nil && !gone {
-				err = waitState(ctx, st.Proc, false)
-			}
-			if err == nil && !gone {
+			proof, err = cont(ctx, st.Proc)
+			if err == nil && proof == "" {
 				in.log.Info("continued rank", "key", key, "pid", st.Proc.PID, "job", st.Job, "rank", st.Rank)
 			}
 		case idStraggler:
 			if st.Mechanism == mechDutyCycle {
-				gone, err = in.unpace(ctx, key, st)
+				proof, err = in.unpace(ctx, key, st)
 				break
 			}
-			// Release works from the record alone and also when the rank has
-			// exited: our group is then empty and only needs removing.
-			err = st.Confinement.Release()
-			if err == nil {
-				alive, aerr := st.Proc.Alive()
-				gone = aerr == nil && !alive
-				in.log.Info("released rank", "key", key, "pid", st.Proc.PID, "group", st.Confinement.Dir)
-			}
+			proof, err = in.release(key, st)
 		}
 		if err != nil {
 			return fmt.Errorf("pid %d: %w", st.Proc.PID, err)
@@ -213,10 +207,69 @@ func (in *Injector) Recover(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("recover %s: %w", in.fault, err)
 	}
-	if gone {
-		return fmt.Errorf("recover %s: pid %d: %w", in.fault, st.Proc.PID, fault.ErrTargetGone)
+	if proof != "" {
+		return fmt.Errorf("recover %s: %s: %w", in.fault, proof, fault.ErrTargetGone)
 	}
 	return nil
+}
+
+// release undoes a cgroup-cpu straggler: the rank's threads moved back
+// and our group removed. Release works from the record alone and also
+// when the rank has ended: our group is then empty and only needs
+// removing, and the rank's end is reported with its proof. A group
+// already missing proves nothing unless the hierarchy is still mounted
+// where the record says.
+func (in *Injector) release(key string, st state) (proof string, err error) {
+	c := st.Confinement
+	if err := c.Mounted(); err != nil {
+		return "", fmt.Errorf("cannot tell whether group %s is gone: %w: %w", c.Dir, fault.ErrUnproven, err)
+	}
+	if err := c.Release(); err != nil {
+		return "", err
+	}
+	in.log.Info("released rank", "key", key, "pid", st.Proc.PID, "group", c.Dir)
+	proof, gone, err := st.Proc.Gone()
+	if err != nil || !gone {
+		return "", nil // released: whether the rank lives on changes nothing
+	}
+	return fmt.Sprintf("%s; group %s removed from the %s hierarchy at %s", proof, c.Dir, c.Controller, c.Mount), nil
+}
+
+// cont continues the rank and waits until it shows running, or returns
+// the proof that it has ended (procfind.Proc.Gone): SIGSTOP stops the
+// rank's threads and nothing else, so once none of them runs nothing is
+// left stopped. The signal goes through a pidfd opened before the
+// identity is checked, so a pid reused by another process is never
+// continued; unlike procfind.Proc.Signal it reaches a rank whose leader
+// thread exited while its other threads live on, stopped.
+func cont(ctx context.Context, p procfind.Proc) (proof string, err error) {
+	fd, err := unix.PidfdOpen(p.PID, 0)
+	if err != nil && !errors.Is(err, unix.ESRCH) {
+		return "", fmt.Errorf("pidfd of pid %d: %w", p.PID, err)
+	}
+	opened := err == nil
+	if opened {
+		defer unix.Close(fd)
+	}
+	proof, gone, err := p.Gone()
+	if err != nil {
+		return "", err
+	}
+	if gone {
+		return proof, nil
+	}
+	if !opened {
+		return "", fmt.Errorf("pid %d: no pidfd (no such process), yet /proc shows it running", p.PID)
+	}
+	if err := unix.PidfdSendSignal(fd, unix.SIGCONT, nil, 0); err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			if proof, gone, gerr := p.Gone(); gerr == nil && gone {
+				return proof, nil
+			}
+		}
+		return "", fmt.Errorf("send SIGCONT to pid %d: %w", p.PID, err)
+	}
+	return "", waitState(ctx, p, false)
 }
 
 // parser decodes key's record and checks that it is this injector's.
