@@ -19,6 +19,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
 	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
@@ -169,7 +170,7 @@ func (in *Injector) inject(ctx context.Context, key string, gpu int, argvs [][]s
 	}
 	var procs []*proc
 	for _, argv := range argvs {
-		p, err := in.start(argv, log)
+		p, err := in.start(argv, log, in.dir.Mark(key))
 		if err != nil {
 			return fail(procs, err)
 		}
@@ -213,18 +214,34 @@ func (in *Injector) abandon(ctx context.Context, key string, procs []*proc, caus
 	return cause
 }
 
-// Recover stops every child the key's state file records that still runs
-// (SIGTERM to its process group, SIGKILL after TermGrace), waits until each
-// is gone, and removes the state file; the log stays. It works from the
-// state file alone, so a fresh injector in a fresh process recovers what a
-// crashed one started. No state file, or children that already ended, is
-// success. A process that reused a recorded pid is never signalled.
+// Recover stops every child of the key that still runs (SIGTERM to its
+// process group, SIGKILL after TermGrace), waits until each is gone, and
+// removes the state file; the log stays. The children are those the state
+// file records and every other process carrying the key's mark
+// (childproc.Spec.Mark): a child started by an injector that was killed
+// before it recorded the child is found by the mark alone, and stopped
+// rather than left to a Pdeathsig that a child stuck in the driver may
+// not heed for long. It works from the state file and /proc alone, so a
+// fresh injector in a fresh process recovers what a crashed one started.
+// No state file, or children that already ended, is success. A process
+// that reused a recorded pid is never signalled. When the search cannot
+// look into every process that may be a child, the state file stays and
+// the error wraps fault.ErrUnproven.
 func (in *Injector) Recover(ctx context.Context, key string) error {
 	err := statedir.Recover(in.dir, key, parseState, func(st state) error {
 		for _, c := range st.Children {
 			if err := in.stop(ctx, c); err != nil {
 				return fmt.Errorf("gpu %d: %w", st.GPU, err)
 			}
+		}
+		found, err := in.children.StopMarked(ctx, in.dir.Mark(key), in.opts.Exec, in.opts.termGrace, func(p procfind.Proc, sig syscall.Signal) {
+			in.logf("gpuproc: sent %s to unrecorded process group %d", unix.SignalName(sig), p.PID)
+		})
+		if err != nil {
+			return fmt.Errorf("gpu %d: stop the children of %s: %w", st.GPU, key, err)
+		}
+		if len(found.Procs) > 0 {
+			in.logf("gpuproc: %s: %s", key, found)
 		}
 		return nil
 	})
@@ -250,9 +267,9 @@ func (in *Injector) logf(format string, args ...any) {
 
 // start runs one child and returns once it exists and its start time is
 // known.
-func (in *Injector) start(argv []string, log *os.File) (*proc, error) {
+func (in *Injector) start(argv []string, log *os.File, mark string) (*proc, error) {
 	c, err := in.children.Start(childproc.Spec{Path: in.opts.Exec, Args: argv, Output: log,
-		Env: childEnv(os.Environ(), in.opts.env), NoPdeathsig: in.opts.noPdeathsig})
+		Env: childEnv(os.Environ(), in.opts.env), NoPdeathsig: in.opts.noPdeathsig, Mark: mark})
 	if err != nil {
 		return nil, err
 	}

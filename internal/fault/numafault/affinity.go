@@ -46,7 +46,7 @@ func (in *Injector) injectAffinity(ctx context.Context, st state, topo numa.Topo
 		return err
 	}
 	fail := func(cause error) error {
-		if err := in.restoreAffinity(st); err != nil {
+		if _, err := in.restoreAffinity(st); err != nil {
 			return errors.Join(cause, fmt.Errorf("restore (Recover retries): %w", err))
 		}
 		return errors.Join(cause, in.dir.Remove(st.Key))
@@ -100,10 +100,12 @@ func (in *Injector) injectAffinity(ctx context.Context, st state, topo numa.Topo
 // restoreAffinity gives every recorded thread that still runs its own
 // mask back. Threads born during the fault inherited the remote mask and
 // are not in the state file; they get the mask the rank's main thread had.
-func (in *Injector) restoreAffinity(st state) error {
-	ok, err := st.Target.Alive()
-	if err != nil || !ok {
-		return err
+// A rank that has ended is reported with the proof instead: a mask lives
+// and dies with its thread.
+func (in *Injector) restoreAffinity(st state) (proof string, err error) {
+	proof, gone, err := st.Target.Gone()
+	if err != nil || gone {
+		return proof, err
 	}
 	pid := st.Target.PID
 	recorded := map[int]bool{}
@@ -146,8 +148,8 @@ func (in *Injector) restoreAffinity(st state) error {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("pid %d: %w", pid, err)
+		return "", fmt.Errorf("pid %d: %w", pid, err)
 	}
 	in.logf("numafault: %s: restored the cpu affinity of pid %d", st.Key, pid)
-	return nil
+	return "", nil
 }

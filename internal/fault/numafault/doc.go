@@ -28,9 +28,12 @@
 // written atomically, records the rank's pid with its start time (field 22
 // of /proc/PID/stat, so a reused pid is never touched), the nodes its
 // memory was on, every thread's original CPU mask, and each hog child's pid
-// and start time. Hog children are gpuchaos itself in the hidden mode
-// RunHog serves; they die with the thread that started them (Pdeathsig),
-// run in a process group of their own, and end on their own shortly after
-// the time fault.HoldUntil gives, so nothing outlives an experiment that
-// nobody recovers.
+// and start time; each hog also carries the key's mark in its environment
+// (childproc.Spec.Mark), by which Recover finds one its injector was
+// killed too early to record. A rank that has ended is reported gone with
+// the proof (procfind.Proc.Gone). Hog children are gpuchaos itself in the
+// hidden mode RunHog serves; they die with the thread that started them
+// (Pdeathsig), run in a process group of their own, and end on their own
+// shortly after the time fault.HoldUntil gives, so nothing outlives an
+// experiment that nobody recovers.
 package numafault

@@ -74,7 +74,7 @@ func (in *Injector) injectHog(ctx context.Context, st state, topo numa.Topology,
 	}
 	defer log.Close()
 	logStart, _ := log.Seek(0, io.SeekEnd)
-	c, err := in.start(append(append([]string{}, in.opts.ExecArgs...), args...), log)
+	c, err := in.start(append(append([]string{}, in.opts.ExecArgs...), args...), log, in.dir.Mark(st.Key))
 	if err != nil {
 		return errors.Join(err, in.dir.Remove(st.Key))
 	}
@@ -103,9 +103,9 @@ func (in *Injector) injectHog(ctx context.Context, st state, topo numa.Topology,
 }
 
 // start runs the hog and returns once its start time is known.
-func (in *Injector) start(args []string, log *os.File) (*childproc.Child, error) {
+func (in *Injector) start(args []string, log *os.File, mark string) (*childproc.Child, error) {
 	c, err := in.children.Start(childproc.Spec{Path: in.opts.Exec, Args: args, Output: log,
-		Env: append(os.Environ(), in.opts.env...), NoPdeathsig: in.opts.noPdeathsig})
+		Env: append(os.Environ(), in.opts.env...), NoPdeathsig: in.opts.noPdeathsig, Mark: mark})
 	if err != nil {
 		return nil, fmt.Errorf("start the hog: %w", err)
 	}
@@ -119,5 +119,27 @@ func (in *Injector) stopHog(ctx context.Context, id procID) error {
 		return fmt.Errorf("stop hog: %w", err)
 	}
 	in.logf("numafault: stopped hog pid %d", id.PID)
+	return nil
+}
+
+// stopHogs ends the key's hogs: the recorded one (nil when the injector
+// died before recording it) and every process carrying the key's mark,
+// which finds a hog whatever the record says. A hog gone already is
+// success: its memory and CPUs went with it.
+func (in *Injector) stopHogs(ctx context.Context, key string, recorded *procID) error {
+	if recorded != nil {
+		if err := in.stopHog(ctx, *recorded); err != nil {
+			return err
+		}
+	}
+	// The hogs are the configured binary: a process whose environment
+	// cannot be read is one only if its command line starts with it.
+	found, err := in.children.StopMarked(ctx, in.dir.Mark(key), in.opts.Exec, in.opts.termGrace, nil)
+	if err != nil {
+		return fmt.Errorf("stop the hogs of %s: %w", key, err)
+	}
+	if len(found.Procs) > 0 {
+		in.logf("numafault: %s: %s", key, found)
+	}
 	return nil
 }

@@ -156,17 +156,25 @@ func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v ca
 
 // Recover undoes what the key's state file records and removes it. It
 // works from the state file alone, so a fresh injector in a fresh process
-// recovers what a crashed one did. No state file, or a target that has
-// exited, is success; a reused pid is never touched.
+// recovers what a crashed one did. No state file is success. A hog is
+// stopped, the recorded one and any other process carrying the key's mark
+// (one started by an injector that died before recording it), and the
+// fault is then undone. A rank that has ended (procfind.Proc.Gone: its pid
+// absent, another process's, or a zombie with no thread running) took its
+// pages and threads with it: that is fault.ErrTargetGone with the proof. A
+// reused pid is never touched. When the search for hogs cannot look into
+// every process that may be one, the state file stays and the error wraps
+// fault.ErrUnproven.
 func (in *Injector) Recover(ctx context.Context, key string) error {
+	var proof string
 	err := statedir.Recover(in.dir, key, parseState, func(st state) (err error) {
 		switch {
-		case st.Child != nil:
-			err = in.stopHog(ctx, *st.Child)
+		case in.fault == "numa.memory-pressure" || in.fault == "numa.cpu-saturation":
+			err = in.stopHogs(ctx, key, st.Child)
 		case st.Target != nil && st.Fault == "numa.wrong-affinity":
-			err = in.restoreAffinity(st)
+			proof, err = in.restoreAffinity(st)
 		case st.Target != nil:
-			err = in.migrateBack(st)
+			proof, err = in.migrateBack(st)
 		}
 		if err != nil {
 			return fmt.Errorf("gpu %d: %w", st.GPU, err)
@@ -175,6 +183,9 @@ func (in *Injector) Recover(ctx context.Context, key string) error {
 	})
 	if err != nil {
 		return fmt.Errorf("recover %s: %w", in.fault, err)
+	}
+	if proof != "" {
+		return fmt.Errorf("recover %s: %s: %w", in.fault, proof, fault.ErrTargetGone)
 	}
 	return nil
 }

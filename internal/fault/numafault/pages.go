@@ -120,22 +120,23 @@ func backNode(before numa.Placement, to, gpuNode int) int {
 	return best
 }
 
-// migrateBack is remote-memory's recovery.
-func (in *Injector) migrateBack(st state) error {
-	ok, err := st.Target.Alive()
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return nil // the rank is gone, and its pages with it
+// migrateBack is remote-memory's recovery. A rank that has ended is
+// reported with the proof instead: its pages were freed with it.
+func (in *Injector) migrateBack(st state) (proof string, err error) {
+	proof, gone, err := st.Target.Gone()
+	if err != nil || gone {
+		return proof, err
 	}
 	left, err := migratePages(st.Target.PID, []int{st.ToNode}, []int{st.BackNode})
 	if errors.Is(err, unix.ESRCH) {
-		return nil
+		// Ended between the look and the call; the look again says how.
+		if proof, gone, gerr := st.Target.Gone(); gerr == nil && gone {
+			return proof, nil
+		}
 	}
 	if err != nil {
-		return err
+		return "", err
 	}
 	in.logf("numafault: %s: moved the pages of pid %d back to node %d (%d could not move)", st.Key, st.Target.PID, st.BackNode, left)
-	return nil
+	return "", nil
 }
