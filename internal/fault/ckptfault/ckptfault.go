@@ -107,21 +107,27 @@ func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v ca
 
 // Recover undoes what key's record says and removes the record: the
 // filler deleted, the ranks moved back, the flipped bytes restored;
-// nothing for kill-writer. No record is success. A checkpoint that was
-// replaced or rewritten since is left alone and reported as
-// fault.ErrTargetGone.
+// nothing for kill-writer. No record is success. The filler and the
+// checkpoint are followed by inode wherever they live now (renamed,
+// moved, deleted but held open); one whose inode is freed, or a
+// checkpoint whose flipped bytes were all overwritten since, is reported
+// as fault.ErrTargetGone with that proof. Where it cannot tell (a
+// checkpoint rewritten since that still holds flipped bytes, a file that
+// may live on where it cannot look, a cgroup hierarchy no longer mounted
+// where the record says) the record stays and the error wraps
+// fault.ErrUnproven.
 func (in *Injector) Recover(ctx context.Context, key string) error {
 	var st state
-	var gone bool
+	var proof string
 	err := statedir.Recover(in.dir, key, in.parser(key), func(rec state) (err error) {
 		st = rec
 		switch st.Fault {
 		case idFill:
-			err = removeFiller(st.File)
+			proof, err = removeFiller(st)
 		case idSlow:
 			err = releaseAll(st.Confinements)
 		case idCorrupt:
-			gone, err = restore(st)
+			proof, err = restore(st)
 		}
 		if err != nil {
 			return fmt.Errorf("in %s: %w", st.Dir, err)
@@ -135,8 +141,8 @@ func (in *Injector) Recover(ctx context.Context, key string) error {
 		return nil // no record
 	}
 	in.log.Info("recovered", "fault", in.fault, "key", key, "dir", st.Dir)
-	if gone {
-		return fmt.Errorf("recover %s: %s changed since the injection: %w", in.fault, st.File, fault.ErrTargetGone)
+	if proof != "" {
+		return fmt.Errorf("recover %s: %s: %w", in.fault, proof, fault.ErrTargetGone)
 	}
 	return nil
 }

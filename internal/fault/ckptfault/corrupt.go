@@ -11,11 +11,11 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/fault"
 )
 
 // checkpointName matches a complete checkpoint: ckpt-STEP.pt, never the
@@ -92,7 +92,11 @@ func (in *Injector) corrupt(ctx context.Context, key string, st state, v catalog
 	if err != nil {
 		return fmt.Errorf("stat the checkpoint: %w", err)
 	}
-	st.Size, st.Inode = fi.Size(), fi.Sys().(*syscall.Stat_t).Ino
+	st.Size = fi.Size()
+	if st.Ref, err = refOf(f); err != nil {
+		return err
+	}
+	st.Inode = st.Ref.Inode
 	if st.Size == 0 {
 		return fmt.Errorf("checkpoint %s is empty", st.File)
 	}
@@ -137,37 +141,68 @@ func (in *Injector) corrupt(ctx context.Context, key string, st state, v catalog
 	return nil
 }
 
-// restore writes the recorded bytes back. It first checks that the file
-// is the one corrupted (same inode and size) and that every recorded byte
-// is either the original or its inverse; otherwise the file was replaced
-// or rewritten since, and restoring would damage the new content, so it
-// reports gone and touches nothing.
-func restore(st state) (gone bool, err error) {
-	f, err := os.OpenFile(st.File, os.O_RDWR|unix.O_NOFOLLOW, 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return true, nil
+// restore writes the recorded bytes back into the checkpoint, wherever
+// it lives now (openRef: at its path, renamed, moved, deleted but held
+// open). It returns a proof instead when the corruption is gone without
+// it: the inode freed, or every flipped byte overwritten since. A file
+// rewritten since (another size, or bytes at the recorded offsets that
+// are neither the original nor its inverse) that still holds flipped
+// bytes is neither: restoring could damage the new content, leaving them
+// may leave the corruption, so it touches nothing and fails with
+// fault.ErrUnproven.
+func restore(st state) (proof string, err error) {
+	ref := st.Ref
+	if ref == nil {
+		// A version 1 record names the inode alone; the checkpoint was on
+		// the directory's filesystem.
+		var ds unix.Stat_t
+		if err := unix.Stat(st.Dir, &ds); err != nil {
+			return "", fmt.Errorf("find inode %d of %s: %w: %w", st.Inode, st.File, fault.ErrUnproven, err)
+		}
+		ref = &fileRef{Dev: ds.Dev, Inode: st.Inode}
+	}
+	f, where, err := openRef(ref, st.File, st.Dir, os.O_RDWR)
+	if errors.Is(err, errFreed) {
+		return err.Error(), nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("open the checkpoint: %w", err)
+		return "", err
 	}
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil {
-		return false, fmt.Errorf("stat the checkpoint: %w", err)
+		return "", fmt.Errorf("stat the checkpoint: %w", err)
 	}
-	if fi.Size() != st.Size || fi.Sys().(*syscall.Stat_t).Ino != st.Inode {
-		return true, nil
-	}
+	size := fi.Size()
+	var flipped, original, other, beyond int
 	cur := make([]byte, len(st.Offsets))
 	one := make([]byte, 1)
 	for i, o := range st.Offsets {
+		if o >= size {
+			beyond++
+			continue
+		}
 		if _, err := f.ReadAt(one, o); err != nil {
-			return false, fmt.Errorf("read the checkpoint at %d: %w", o, err)
+			return "", fmt.Errorf("read %s at %d: %w", where, o, err)
 		}
-		if one[0] != st.Original[i] && one[0] != ^st.Original[i] {
-			return true, nil
+		switch cur[i] = one[0]; cur[i] {
+		case st.Original[i]:
+			original++
+		case ^st.Original[i]:
+			flipped++
+		default:
+			other++
 		}
-		cur[i] = one[0]
+	}
+	n := len(st.Offsets)
+	rewritten := size != st.Size || other > 0
+	switch {
+	case rewritten && flipped == 0:
+		return fmt.Sprintf("%s (%s) was rewritten since the injection (%d bytes, was %d): none of the %d flipped bytes is left (%d hold the original, %d other content, %d lie past its end)",
+			where, ref, size, st.Size, n, original, other, beyond), nil
+	case rewritten:
+		return "", fmt.Errorf("%s was rewritten since the injection (%d bytes, was %d; %d of the %d offsets hold new content or lie past its end) yet %d still hold the flipped byte: "+
+			"restoring could damage the new content, so look at the file and forget the entry: %w", where, size, st.Size, other+beyond, n, flipped, fault.ErrUnproven)
 	}
 	for i, o := range st.Offsets {
 		if cur[i] == st.Original[i] {
@@ -175,11 +210,11 @@ func restore(st state) (gone bool, err error) {
 		}
 		one[0] = st.Original[i]
 		if _, err := f.WriteAt(one, o); err != nil {
-			return false, fmt.Errorf("restore the byte at %d: %w", o, err)
+			return "", fmt.Errorf("restore the byte of %s at %d: %w", where, o, err)
 		}
 	}
 	if err := f.Sync(); err != nil {
-		return false, fmt.Errorf("sync the checkpoint: %w", err)
+		return "", fmt.Errorf("sync %s: %w", where, err)
 	}
-	return false, nil
+	return "", nil
 }

@@ -30,4 +30,14 @@
 //   - corrupt-newest inverts bytes at seeded random offsets of the newest
 //     checkpoint, recording each offset and original byte first; Recover
 //     writes them back, so the file is restored bit for bit.
+//
+// The filler and the corrupted checkpoint are recorded by inode and file
+// handle (name_to_handle_at) as well as by path, so Recover follows them
+// wherever a job moved them (renamed, moved within the filesystem,
+// deleted but held open) and calls them gone (fault.ErrTargetGone) only
+// when the kernel says their inode no longer exists, or, for the
+// checkpoint, when every flipped byte has been overwritten since. A
+// checkpoint rewritten since that still holds flipped bytes, or a file
+// that may live on where Recover cannot look, stays pending
+// (fault.ErrUnproven) with the reason.
 package ckptfault

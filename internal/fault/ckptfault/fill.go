@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/fault"
 )
 
 // fillerPrefix starts the filler's name; the rest is the key's record
@@ -47,7 +49,7 @@ func (in *Injector) fill(ctx context.Context, key string, st state, v catalog.Va
 		if err == nil {
 			return
 		}
-		if rerr := removeFiller(st.File); rerr != nil {
+		if _, rerr := removeFiller(st); rerr != nil {
 			err = fmt.Errorf("%w (left for recovery: %w)", err, rerr)
 			return
 		}
@@ -62,6 +64,14 @@ func (in *Injector) fill(ctx context.Context, key string, st state, v catalog.Va
 		return fmt.Errorf("create the filler: %w", err)
 	}
 	defer f.Close()
+	// The reference is recorded before the first byte is allocated, so a
+	// record without one proves the filler never took space.
+	if st.Ref, err = refOf(f); err != nil {
+		return err
+	}
+	if err := in.dir.Write(key, st); err != nil {
+		return fmt.Errorf("record the filler: %w", err)
+	}
 	var size int64
 	for attempt := 0; attempt < 64; attempt++ {
 		if err := ctx.Err(); err != nil {
@@ -97,10 +107,45 @@ func (in *Injector) fill(ctx context.Context, key string, st state, v catalog.Va
 	return fmt.Errorf("fill %s: free space did not settle near %d bytes", st.Dir, st.Free)
 }
 
-// removeFiller deletes the filler; one already gone is fine.
-func removeFiller(path string) error {
-	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove the filler: %w", err)
+// removeFiller deletes the filler, wherever it lives now (openRef: at
+// its path, renamed, moved, deleted but held open): emptied first, so its
+// space is free whatever becomes of its name, then unlinked. It returns a
+// proof instead when the filler is gone without it: its inode freed. A
+// record without a reference was written before the filler took any
+// space: the file at its path, if any, is removed, and none is success.
+func removeFiller(st state) (proof string, err error) {
+	if st.Ref == nil {
+		err := os.Remove(st.File)
+		switch {
+		case err == nil:
+			return "", nil
+		case !errors.Is(err, os.ErrNotExist):
+			return "", fmt.Errorf("remove the filler: %w", err)
+		case st.Version >= 2:
+			return "", nil // the injection stopped before it created the filler
+		}
+		return "", fmt.Errorf("no filler at %s, and a version %d record names no inode to look for it elsewhere: %w", st.File, st.Version, fault.ErrUnproven)
 	}
-	return nil
+	f, where, err := openRef(st.Ref, st.File, st.Dir, os.O_WRONLY)
+	if errors.Is(err, errFreed) {
+		return "the filler " + err.Error(), nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("find the filler: %w", err)
+	}
+	defer f.Close()
+	if err := f.Truncate(0); err != nil {
+		return "", fmt.Errorf("empty the filler %s: %w", where, err)
+	}
+	if strings.HasSuffix(where, " (deleted)") {
+		return "", nil // unlinked, and empty now: gone once its holder closes it
+	}
+	var st2 unix.Stat_t
+	if err := unix.Lstat(where, &st2); err != nil || st2.Dev != st.Ref.Dev || st2.Ino != st.Ref.Inode {
+		return "", fmt.Errorf("emptied the filler, but cannot tell its name to remove it (the kernel says %q)", where)
+	}
+	if err := os.Remove(where); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("remove the filler %s: %w", where, err)
+	}
+	return "", nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/cgroup"
+	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 )
@@ -174,10 +175,17 @@ func jobProcs(ref target.Ref, v catalog.Values) ([]procfind.Proc, error) {
 	return procs, nil
 }
 
-// releaseAll releases every confinement, going on past failures.
+// releaseAll releases every confinement, going on past failures. A group
+// already missing proves it released only while its hierarchy is still
+// mounted where the record says; otherwise that confinement fails with
+// fault.ErrUnproven.
 func releaseAll(cs []*cgroup.Confinement) error {
 	var errs []error
 	for _, c := range cs {
+		if err := c.Mounted(); err != nil {
+			errs = append(errs, fmt.Errorf("cannot tell whether group %s is gone: %w: %w", c.Dir, fault.ErrUnproven, err))
+			continue
+		}
 		if err := c.Release(); err != nil {
 			errs = append(errs, err)
 		}

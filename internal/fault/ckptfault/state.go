@@ -12,8 +12,12 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
 )
 
-// stateVersion is the layout of state; a reader refuses others.
-const stateVersion = 1
+// stateVersion is the layout of state; a reader refuses others but 1,
+// the layout before file references (Ref), which it reads with what it
+// lacks: a version 1 fill record without a filler at its path cannot tell
+// whether the filler was moved, where a version 2 one proves it never took
+// space (the reference is recorded before the first allocation).
+const stateVersion = 2
 
 // state is what Inject records for one key before it acts.
 type state struct {
@@ -38,6 +42,12 @@ type state struct {
 	BPS          int64                 `json:"bps,omitempty"`
 	Confinements []*cgroup.Confinement `json:"confinements,omitempty"`
 
+	// Ref is the filler (fill-volume) or the checkpoint (corrupt-newest)
+	// beyond its path, so that recovery finds it renamed, moved or
+	// deleted but held open, and proves it gone when its inode is freed.
+	// Nil in a fill record written before the filler was created.
+	Ref *fileRef `json:"ref,omitempty"`
+
 	// corrupt-newest: the checkpoint (File), its inode and size, and
 	// every inverted offset with the byte it held.
 	Inode    uint64  `json:"inode,omitempty"`
@@ -53,7 +63,11 @@ func parseState(b []byte) (state, error) {
 	if err := statedir.Decode(b, &st); err != nil {
 		return state{}, err
 	}
-	if err := statedir.CheckHeader(st.Version, stateVersion, st.Key); err != nil {
+	want := stateVersion
+	if st.Version == 1 {
+		want = 1
+	}
+	if err := statedir.CheckHeader(st.Version, want, st.Key); err != nil {
 		return state{}, err
 	}
 	if !filepath.IsAbs(st.Dir) || filepath.Clean(st.Dir) != st.Dir {
@@ -77,6 +91,9 @@ func parseState(b []byte) (state, error) {
 		if !strings.HasPrefix(filepath.Base(st.File), fillerPrefix) {
 			return state{}, fmt.Errorf("file %q is not a filler of ours", st.File)
 		}
+		if st.Ref != nil && st.Ref.Inode == 0 {
+			return state{}, errors.New("filler reference without an inode")
+		}
 	case idSlow:
 		for _, c := range st.Confinements {
 			if c == nil {
@@ -89,6 +106,9 @@ func parseState(b []byte) (state, error) {
 	case idCorrupt:
 		if err := inDir(st.File); err != nil {
 			return state{}, err
+		}
+		if st.Ref != nil && st.Ref.Inode != st.Inode {
+			return state{}, fmt.Errorf("reference to inode %d for a checkpoint of inode %d", st.Ref.Inode, st.Inode)
 		}
 		if len(st.Offsets) != len(st.Original) {
 			return state{}, fmt.Errorf("%d offsets but %d original bytes", len(st.Offsets), len(st.Original))
