@@ -158,9 +158,13 @@ func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v ca
 
 // Recover undoes the change recorded for key and removes the record. It
 // succeeds when nothing is recorded. When the namespace or interface is
-// gone the record is removed too and the error wraps fault.ErrTargetGone.
+// gone (netfault.ErrGone: nothing holds the namespace, no device has the
+// interface's index) the record is removed too and the error wraps
+// fault.ErrTargetGone with netfault's proof; when netfault cannot prove it
+// (netfault.ErrUnproven) the record stays and the error wraps
+// fault.ErrUnproven.
 func (in *Injector) Recover(ctx context.Context, key string) error {
-	gone := false
+	var gone error
 	err := statedir.Recover(in.dir, key, func(b []byte) (Record, error) {
 		r, err := DecodeRecord(b)
 		if err == nil && r.Key != key {
@@ -169,18 +173,24 @@ func (in *Injector) Recover(ctx context.Context, key string) error {
 		return r, err
 	}, func(r Record) error {
 		err := r.Change.Undo(ctx)
-		if errors.Is(err, nf.ErrGone) {
-			// Nothing left to undo: the record goes, and the caller hears why.
-			gone = true
+		switch {
+		case errors.Is(err, nf.ErrUnproven):
+			return fmt.Errorf("cut off %s: %w: %w", r.Server, fault.ErrUnproven, err)
+		case errors.Is(err, nf.ErrGone):
+			// Nothing left to undo: the record goes, and the caller hears
+			// why, with what the search looked at.
+			gone = err
 			return nil
+		case err != nil:
+			return fmt.Errorf("cut off %s: %w", r.Server, err)
 		}
-		return err
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("recover %s: %w", in.fault.ID, err)
 	}
-	if gone {
-		return fmt.Errorf("recover %s: the interface to the storage server is gone: %w", in.fault.ID, fault.ErrTargetGone)
+	if gone != nil {
+		return fmt.Errorf("recover %s: the interface to the storage server is gone: %w: %w", in.fault.ID, fault.ErrTargetGone, gone)
 	}
 	return nil
 }
