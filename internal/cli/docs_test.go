@@ -48,8 +48,9 @@ func TestPackageDocs(t *testing.T) {
 	}
 }
 
-// TestREADMEExperiments loads and validates every experiment shown in the
-// README, so the docs cannot drift from the spec.
+// TestREADMEExperiments loads, validates and runs on the twin every
+// experiment shown in the README, so the docs cannot drift from the spec
+// or show an experiment that fails where the README says it passes.
 func TestREADMEExperiments(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile("../../README.md")
@@ -67,6 +68,10 @@ func TestREADMEExperiments(t *testing.T) {
 		}
 		if _, err := loadExperiment(path); err != nil {
 			t.Errorf("README experiment %d: %v", i+1, err)
+			continue
+		}
+		if code, out, errs := runCLI(t, "", "run", path); code != 0 {
+			t.Errorf("README experiment %d does not pass on the twin: exit %d\n%s%s", i+1, code, out, errs)
 		}
 	}
 }

@@ -74,9 +74,9 @@ entries there; the next local run recovers them first and says so.
 --dry-run prints exactly what would be touched and injects nothing.
 The exit code is 0 when every expectation passed, 1 when one did not, and 2
 on a bad file or flag.`,
-		Example: `  gpuchaos run examples/xid-79.yaml
-  gpuchaos run examples/xid-79.yaml --dry-run
-  gpuchaos run examples/thermal.yaml --format json --record run.json
+		Example: `  gpuchaos run examples/xid-79-fallen-off-bus.yaml
+  gpuchaos run examples/xid-79-fallen-off-bus.yaml --dry-run
+  gpuchaos run examples/thermal-throttle.yaml --format json --record run.json
   gpuchaos run examples/live-gpu-missing.yaml --target live --prometheus http://127.0.0.1:9090
   sudo gpuchaos run examples/local/xid-kernel-log.yaml --target local`,
 		Args: cobra.ExactArgs(1),
