@@ -47,7 +47,9 @@ selector against the target and check the blast radius, then: check the
 steady state, inject every fault, watch the probes until each expectation is
 met or the fault window closes, recover (always, also on error or Ctrl-C),
 and print a verdict per expectation: pass, late, missed or error, with the
-time to detect; failed for a workload check measured outside its bound.
+time to detect; failed for a workload check measured outside its bound;
+interrupted for one still undecided, before its deadline, when the run was
+stopped (Ctrl-C, SIGTERM).
 
 Targets: twin (default) runs on the embedded twin's virtual clock, minutes in
 milliseconds. live runs the twin in real time, serves its metrics on --listen
@@ -69,7 +71,10 @@ scraped for their baseline.
 
 On local, every injection is journalled to --ledger before it acts. A run
 that was killed before it could recover (SIGKILL, power loss) leaves its
-entries there; the next local run recovers them first and says so.
+entries there; the next local run recovers them first, before it lists the
+GPUs, and says of each: recovered, gone (with the proof) or still pending
+(with why; then nothing new is injected and the run exits 1).
+'gpuchaos recover' does the same on its own.
 
 --dry-run prints exactly what would be touched and injects nothing.
 The exit code is 0 when every expectation passed, 1 when one did not, and 2
