@@ -577,6 +577,12 @@ func TestParseState(t *testing.T) {
 		{"relative dir", strings.Replace(base, `"/ckpt"`, `"ckpt"`, 1) + `"fault":"checkpoint.kill-writer"}`, "clean absolute"},
 		{"foreign confinement", base + `"fault":"checkpoint.slow-storage","confinements":[{"version":1,"mount":"/sys/fs/cgroup/blkio","controller":"blkio","proc":{"pid":9,"start_ticks":1},"home":"/","dir":"/kubepods","files":[],"moves":[]}]}`, "not one of ours"},
 		{"foreign fault", base + `"fault":"workload.kill-rank"}`, "not this package's"},
+		{"version 2 with a reference", strings.Replace(base, `"version":1`, `"version":2`, 1) +
+			`"fault":"checkpoint.corrupt-newest","file":"/ckpt/ckpt-1.pt","inode":7,"ref":{"dev":1,"inode":7,"handle_type":1,"handle":"AQI="},"size":10,"offsets":[1],"original":"AA=="}`, ""},
+		{"reference to another inode", strings.Replace(base, `"version":1`, `"version":2`, 1) +
+			`"fault":"checkpoint.corrupt-newest","file":"/ckpt/ckpt-1.pt","inode":7,"ref":{"dev":1,"inode":8},"size":10,"offsets":[1],"original":"AA=="}`, "reference to inode 8"},
+		{"filler reference without an inode", strings.Replace(base, `"version":1`, `"version":2`, 1) +
+			`"fault":"checkpoint.fill-volume","file":"/ckpt/.gpuchaos-fill-ab","ref":{"dev":1}}`, "without an inode"},
 		{"other version", strings.Replace(base, `"version":1`, `"version":9`, 1) + `"fault":"checkpoint.kill-writer"}`, "version"},
 	}
 	for _, tc := range tests {
