@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -132,6 +133,24 @@ type Result struct {
 	Recorded map[string][]*twin.Series
 	// Errors lists the rules that failed to evaluate at some timestamps.
 	Errors []*RuleError
+
+	// byRule indexes Alerts by rule, so that a caller judging every rule
+	// of a large set does not scan every alert of every other rule: that
+	// scan made coverage quadratic in the number of rules (issue 12).
+	byRule map[*rules.Rule][]*Alert
+}
+
+// AlertsOf returns the alerts of one rule, by labels. The result is
+// Evaluate's index: callers must not change it, nor Alerts after the
+// first call.
+func (r *Result) AlertsOf(rule *rules.Rule) []*Alert {
+	if r.byRule == nil {
+		r.byRule = map[*rules.Rule][]*Alert{}
+		for _, a := range r.Alerts {
+			r.byRule[a.Rule] = append(r.byRule[a.Rule], a)
+		}
+	}
+	return r.byRule[rule]
 }
 
 // FirstFiring returns the earliest time at or after from at which an alert
@@ -140,8 +159,12 @@ type Result struct {
 func (r *Result) FirstFiring(rule *rules.Rule, from time.Time, match func(twin.Labels) bool) (time.Time, bool) {
 	var best time.Time
 	found := false
-	for _, a := range r.Alerts {
-		if rule != nil && a.Rule != rule || match != nil && !match(a.Labels) {
+	alerts := r.Alerts
+	if rule != nil {
+		alerts = r.AlertsOf(rule)
+	}
+	for _, a := range alerts {
+		if match != nil && !match(a.Labels) {
 			continue
 		}
 		for _, iv := range a.Firing {
@@ -254,13 +277,7 @@ func newEvaluator(set *rules.Set, src Source, start time.Time, opts Options, onl
 		g.rules = append(g.rules, rs)
 		e.rules = append(e.rules, rs)
 	}
-	for _, rs := range e.rules {
-		for _, p := range e.rules {
-			if p.rule.Kind == rules.KindRecord && rs.readsMetric(p.rule.Name) {
-				rs.deps = append(rs.deps, p)
-			}
-		}
-	}
+	e.linkDeps()
 	if only != nil {
 		e.prune(only)
 	}
@@ -270,6 +287,56 @@ func newEvaluator(set *rules.Set, src Source, start time.Time, opts Options, onl
 		rs.queryable = e.st.view(func(owner int) int64 { return e.shift(owner, c) })
 	}
 	return e, nil
+}
+
+// linkDeps finds, for every rule, the recording rules it reads. A selector
+// naming its metric (nearly all of them) looks its records up by name; only
+// one with a regex or no name is matched against every record, so the cost
+// grows with the rules, not with rules × records.
+func (e *evaluator) linkDeps() {
+	records := map[string][]*ruleState{}
+	var all []*ruleState
+	for _, p := range e.rules {
+		if p.rule.Kind == rules.KindRecord {
+			records[p.rule.Name] = append(records[p.rule.Name], p)
+			all = append(all, p)
+		}
+	}
+	if len(all) == 0 {
+		return
+	}
+	for _, rs := range e.rules {
+		dep := map[*ruleState]bool{}
+		for _, ms := range rs.reads {
+			if name, ok := exactName(ms); ok {
+				for _, p := range records[name] {
+					dep[p] = true
+				}
+				continue
+			}
+			for _, p := range all {
+				if matchAll(ms, p.rule.Name) {
+					dep[p] = true
+				}
+			}
+		}
+		for p := range dep {
+			rs.deps = append(rs.deps, p)
+		}
+		// Set order, as the scan over every rule this replaces gave.
+		slices.SortFunc(rs.deps, func(a, b *ruleState) int { return a.ord - b.ord })
+	}
+}
+
+// exactName returns the one metric name a selector's __name__ matchers
+// allow, when they pin it with an equality.
+func exactName(ms []*labels.Matcher) (string, bool) {
+	for _, m := range ms {
+		if m.Type == labels.MatchEqual {
+			return m.Value, matchAll(ms, m.Value)
+		}
+	}
+	return "", false
 }
 
 // shift is how many milliseconds later a rule sees the samples that the
@@ -305,8 +372,12 @@ func (e *evaluator) prune(only []*rules.Rule) {
 			visit(d)
 		}
 	}
+	wanted := map[*rules.Rule]bool{}
+	for _, r := range only {
+		wanted[r] = true
+	}
 	for _, rs := range e.rules {
-		if slices.Contains(only, rs.rule) {
+		if wanted[rs.rule] {
 			visit(rs)
 		}
 	}
@@ -758,13 +829,15 @@ func (rs *ruleState) recordStep(ms int64, items []item) {
 	}
 }
 
-// sortedAlerts returns the rule's alerts by labels.
+// sortedAlerts returns the rule's alerts by labels. The map's keys are the
+// labels' strings already; building them again in the comparison allocated
+// more than the evaluation itself for rules with many alerts.
 func (rs *ruleState) sortedAlerts() []*Alert {
-	out := make([]*Alert, 0, len(rs.alerts))
-	for _, a := range rs.alerts {
-		out = append(out, a)
+	keys := slices.Sorted(maps.Keys(rs.alerts))
+	out := make([]*Alert, len(keys))
+	for i, k := range keys {
+		out[i] = rs.alerts[k]
 	}
-	slices.SortFunc(out, func(a, b *Alert) int { return strings.Compare(a.Labels.String(), b.Labels.String()) })
 	return out
 }
 

@@ -185,3 +185,42 @@ func offsets(ivs []promeval.Interval) []string {
 	}
 	return out
 }
+
+// TestRecordReadBeforeItIsWritten puts an alert ahead of the recording rule
+// it reads, in another group, so the range path must find the dependency to
+// evaluate the record first; it must then agree with Prometheus' own
+// timestamp-by-timestamp path. Each row reads the record another way: by
+// name (looked up), by a regex or by labels alone (matched against every
+// record).
+func TestRecordReadBeforeItIsWritten(t *testing.T) {
+	t.Parallel()
+	src := fixedSource{series(t, `x{gpu="0"}`, "0 0 1 1 1 1 1 1 1 1 stale")}
+	for _, tc := range []struct{ name, expr string }{
+		{"by name", `gpu:x:max > 0`},
+		{"by regex", `{__name__=~"gpu:x:.*"} > 0`},
+		{"by labels alone", `{src="rec"} > 0`},
+		{"by name and a regex on it", `{__name__="gpu:x:max", __name__=~"gpu:.*"} > 0`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			set := load(t, "groups:\n- name: alerts\n  rules:\n  - alert: A\n    expr: '"+tc.expr+"'\n"+
+				"- name: records\n  rules:\n  - record: gpu:x:max\n    expr: max by (gpu) (x)\n    labels: {src: rec}\n")
+			var firing [2][]promeval.Interval
+			for i, eval := range []func(context.Context, *rules.Set, promeval.Source, time.Time, time.Time, promeval.Options) (*promeval.Result, error){
+				promeval.Evaluate, promeval.EvaluateStepByStep} {
+				res, err := eval(context.Background(), set, src, t0, t0.Add(5*time.Minute), promeval.Options{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, a := range res.AlertsOf(rule(t, set, "A")) {
+					firing[i] = append(firing[i], a.Firing...)
+				}
+			}
+			// The record sees x at 30s and its marker at 150s; the
+			// alert, in another group, each one evaluation later.
+			if want := iv(45*time.Second, 165*time.Second); !sameIntervals(firing[0], want) || !sameIntervals(firing[1], want) {
+				t.Errorf("range path fires %v, step by step %v; want %v", offsets(firing[0]), offsets(firing[1]), offsets(want))
+			}
+		})
+	}
+}
