@@ -89,6 +89,11 @@ type analyzer struct {
 	produces map[*Rule]bool
 	// candidates are the names a misspelling is compared against.
 	candidates []string
+	// used memoizes use: a fleet's rules read the same few names over and
+	// over, and finding what an unknown one meant compares it with every
+	// candidate, records included, so without it the analysis grew with
+	// rules × records.
+	used map[string]MetricUse
 }
 
 func newAnalyzer(set *Set, opts AnalyzeOptions) *analyzer {
@@ -97,6 +102,7 @@ func newAnalyzer(set *Set, opts AnalyzeOptions) *analyzer {
 		optIn:    map[string]bool{},
 		records:  map[string][]*Rule{},
 		produces: map[*Rule]bool{},
+		used:     map[string]MetricUse{},
 	}
 	for _, n := range opts.OptIn {
 		a.optIn[n] = true
@@ -303,6 +309,15 @@ func (a *analyzer) uses(e parser.Expr) []MetricUse {
 }
 
 func (a *analyzer) use(name string) MetricUse {
+	if u, ok := a.used[name]; ok {
+		return u
+	}
+	u := a.findUse(name)
+	a.used[name] = u
+	return u
+}
+
+func (a *analyzer) findUse(name string) MetricUse {
 	u := MetricUse{Name: name, Present: a.present(name)}
 	if rs := a.records[name]; len(rs) > 0 {
 		u.Availability = AvailRecorded

@@ -218,6 +218,28 @@ func TestLoadFiles(t *testing.T) {
 			t.Error("no error for no files")
 		}
 	})
+	t.Run("size limit", func(t *testing.T) {
+		huge := filepath.Join(t.TempDir(), "huge.yaml")
+		f, err := os.Create(huge)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Sparse: refused by its size, never read.
+		if err := f.Truncate(50 << 20); err != nil || f.Close() != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range []struct{ path, want string }{
+			{huge, huge + ": 50.0 MiB, over the 4 MiB limit for a rule file"},
+			// A device has no size to stat: read up to the limit.
+			{"/dev/zero", "/dev/zero: more than 4 MiB, over the 4 MiB limit for a rule file"},
+		} {
+			_, err := LoadFiles(tt.path)
+			var le *Error
+			if err == nil || err.Error() != tt.want || !errors.As(err, &le) {
+				t.Errorf("LoadFiles(%s) = %v, want *Error %q", tt.path, err, tt.want)
+			}
+		}
+	})
 }
 
 func FuzzLoad(f *testing.F) {
