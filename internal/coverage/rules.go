@@ -86,20 +86,36 @@ func Builtins(ds []*probe.Detector) []*Detector {
 	return out
 }
 
-// ruleDetectors turns the alert rules of a set into columns, with their
-// static analysis, and reports every rule.
-func ruleDetectors(set *rules.Set, optIn []string) ([]*Detector, []RuleReport) {
-	var cols []*Detector
-	var reports []RuleReport
+// ruleSet is a rule set prepared for a coverage run: its alert rules as
+// matrix columns, every rule's report, and the rules the evaluation runs.
+type ruleSet struct {
+	cols    []*Detector
+	reports []RuleReport
+	// live holds the rules the static analysis says can produce a sample.
+	// Only they are evaluated: a rule that can never fire costs nothing
+	// per fault, which keeps a fleet's pile of dead rules from slowing
+	// the run (issue 12). The twin exports nothing the analysis counts
+	// as absent (TestTwinExportsWhatAnalysisCounts), so leaving them out
+	// changes no cell.
+	live *rules.Set
+}
+
+// prepare analyses a set once for a whole coverage run, with the opt-in
+// counters the fleet enables.
+func prepare(set *rules.Set, optIn []string) *ruleSet {
+	rs := &ruleSet{live: &rules.Set{}}
 	seen := map[string]int{}
 	for _, a := range rules.Analyze(set, rules.AnalyzeOptions{OptIn: optIn}) {
 		r := a.Rule
+		if a.Status != rules.StatusNeverFires {
+			rs.live.Rules = append(rs.live.Rules, r)
+		}
 		var metrics []string
 		for _, m := range a.Metrics {
 			metrics = append(metrics, m.Name)
 		}
 		src := fmt.Sprintf("%s:%d", r.Source, r.Line)
-		reports = append(reports, RuleReport{Name: r.Name, Kind: string(r.Kind), Source: src, Group: r.Group, Expr: r.Expr,
+		rs.reports = append(rs.reports, RuleReport{Name: r.Name, Kind: string(r.Kind), Source: src, Group: r.Group, Expr: r.Expr,
 			Status: string(a.Status), Reason: a.Reason, Metrics: metrics, Detects: []string{}})
 		if r.Kind != rules.KindAlert {
 			continue
@@ -112,32 +128,32 @@ func ruleDetectors(set *rules.Set, optIn []string) ([]*Detector, []RuleReport) {
 		if r.For > 0 {
 			expr += " for " + r.For.String()
 		}
-		cols = append(cols, &Detector{Name: name, Kind: "rule", Layer: catalog.LayerExporterMetrics, Reads: metrics, Rule: oneLine(expr),
+		rs.cols = append(rs.cols, &Detector{Name: name, Kind: "rule", Layer: catalog.LayerExporterMetrics, Reads: metrics, Rule: oneLine(expr),
 			Source: src + " group " + r.Group, Status: string(a.Status), Reason: a.Reason, rule: r})
 	}
-	return cols, reports
+	return rs
 }
 
 // ruleCells evaluates a rule set with the real PromQL engine over a finished
 // run on tw and judges every alert column as the engine judges a probe: the
 // first firing for an injected target while the fault was in, pass within
 // the deadline, late after it, error when already firing at injection.
-func ruleCells(ctx context.Context, eng *promql.Engine, cols []*Detector, set *rules.Set, tw *twin.Twin, start time.Time, rec *engine.Record, window, deadline time.Duration, faultID string) (map[string]Cell, error) {
-	res, err := promeval.Evaluate(ctx, set, tw, start, tw.Now(), promeval.Options{Engine: eng})
+func ruleCells(ctx context.Context, eng *promql.Engine, set *ruleSet, tw *twin.Twin, start time.Time, rec *engine.Record, window, deadline time.Duration, faultID string) (map[string]Cell, error) {
+	res, err := promeval.Evaluate(ctx, set.live, tw, start, tw.Now(), promeval.Options{Engine: eng})
 	if err != nil {
 		return nil, fmt.Errorf("evaluate rules: %w", err)
 	}
 	concerns := func(ls twin.Labels) bool { return rec.Plan.Concerns(probe.SubjectFromLabels(ls)) }
-	cells := map[string]Cell{}
+	cells := make(map[string]Cell, len(set.cols))
 	end := rec.InjectedAt.Add(window)
-	for _, d := range cols {
+	for _, d := range set.cols {
 		if d.rule == nil {
 			continue
 		}
 		c := Cell{Fault: faultID, Detector: d.Name, Verdict: engine.Missed}
 		already := false
-		for _, a := range res.Alerts {
-			if a.Rule == d.rule && concerns(a.Labels) && a.FiringAt(rec.InjectedAt) {
+		for _, a := range res.AlertsOf(d.rule) {
+			if concerns(a.Labels) && a.FiringAt(rec.InjectedAt) {
 				already = true
 			}
 		}
@@ -158,15 +174,20 @@ func ruleCells(ctx context.Context, eng *promql.Engine, cols []*Detector, set *r
 
 // firingRules evaluates a set over a fault-free span and returns the alert
 // rules that fired at all: false positives.
-func firingRules(ctx context.Context, eng *promql.Engine, set *rules.Set, tw *twin.Twin, start, from time.Time) (map[*rules.Rule]bool, error) {
-	res, err := promeval.Evaluate(ctx, set, tw, start, tw.Now(), promeval.Options{Engine: eng})
+func firingRules(ctx context.Context, eng *promql.Engine, set *ruleSet, tw *twin.Twin, start, from time.Time) (map[*rules.Rule]bool, error) {
+	res, err := promeval.Evaluate(ctx, set.live, tw, start, tw.Now(), promeval.Options{Engine: eng})
 	if err != nil {
 		return nil, fmt.Errorf("evaluate rules on the fault-free twin: %w", err)
 	}
 	fired := map[*rules.Rule]bool{}
 	for _, a := range res.Alerts {
-		if _, ok := res.FirstFiring(a.Rule, from, nil); ok {
-			fired[a.Rule] = true
+		// Each alert on its own: asking FirstFiring per alert scanned
+		// every alert of the set again, quadratic in the rules.
+		for _, iv := range a.Firing {
+			if iv.To.IsZero() || iv.To.After(from) {
+				fired[a.Rule] = true
+				break
+			}
 		}
 	}
 	return fired, nil
@@ -196,7 +217,7 @@ func (r *runner) suggest(ctx context.Context, res *Result) ([]Suggestion, error)
 	if len(missed) == 0 {
 		return out, nil
 	}
-	rec := r.opts.Recommended
+	rec := prepare(r.opts.Recommended, r.optIn)
 	tw, err := newTwin(r.opts)
 	if err != nil {
 		return nil, err
@@ -209,14 +230,16 @@ func (r *runner) suggest(ctx context.Context, res *Result) ([]Suggestion, error)
 	if err != nil {
 		return nil, err
 	}
-	cols, _ := ruleDetectors(rec, nil)
-	for _, fr := range missed {
+	for i, fr := range missed {
 		again, err := r.runFault(ctx, fr.Fault, rec, false)
 		if err != nil {
 			return nil, err
 		}
+		if r.opts.Progress != nil {
+			r.opts.Progress(StageSuggestions, i+1, len(missed))
+		}
 		var best *Detector
-		for _, d := range cols {
+		for _, d := range rec.cols {
 			c := again.Cells[d.Name]
 			if d.rule == nil || c.Verdict != engine.Pass || noisy[d.rule] {
 				continue

@@ -2,6 +2,7 @@ package coverage_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +145,48 @@ func BenchmarkCatalogue50Rules(b *testing.B) {
 	}
 	for b.Loop() {
 		run(b, coverage.Options{Seed: 1, Detectors: []*probe.Detector{}, Rules: set})
+	}
+}
+
+// TestTwinExportsWhatAnalysisCounts holds the invariant that lets coverage
+// skip never-firing rules at evaluation: every metric the twin exports, with
+// or without opt-in counters, is one the static analysis counts as present
+// under the same opt-ins. A twin metric the analysis calls absent would make
+// a rule "never fire" that fires on the twin.
+func TestTwinExportsWhatAnalysisCounts(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		name  string
+		optIn []string
+	}{
+		{"defaults", nil},
+		{"every opt-in counter", twin.OptInCounters()},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			spec := twin.Default()
+			spec.Exporter.OptIn = tt.optIn
+			tw, err := twin.New(twin.Options{Spec: spec, Seed: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var doc strings.Builder
+			doc.WriteString("groups:\n- name: g\n  rules:\n")
+			seen := map[string]bool{}
+			for _, s := range tw.Series() {
+				if !seen[s.Metric] {
+					seen[s.Metric] = true
+					fmt.Fprintf(&doc, "  - record: read:%d\n    expr: %s\n", len(seen), s.Metric)
+				}
+			}
+			set, err := rules.Load([]byte(doc.String()), "twin.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range rules.Analyze(set, rules.AnalyzeOptions{OptIn: tt.optIn}) {
+				if a.Status != rules.StatusOK || a.Reason != "" {
+					t.Errorf("the twin exports %s, the analysis says %s: %s", a.Rule.Expr, a.Status, a.Reason)
+				}
+			}
+		})
 	}
 }

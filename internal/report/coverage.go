@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/coverage"
+	"github.com/gpuchaos/gpuchaos/internal/rules"
 )
 
 // CoverageDoc is the JSON form of a coverage result, the object DESIGN.md §4
@@ -90,6 +91,38 @@ func NewCoverageDoc(res *coverage.Result) *CoverageDoc {
 	return doc
 }
 
+// Findings are what a CI gate can fail a coverage run on.
+type Findings struct {
+	// Missed are the faults no detector noticed within the deadline: the
+	// failed cases of the JUnit report, late detections included.
+	Missed []string
+	// NeverFires are the rules the static analysis says can never fire.
+	NeverFires []string
+	// Noisy are the detectors that fired on the fault-free twin: false
+	// positives.
+	Noisy []string
+}
+
+// CoverageFindings collects a result's findings, each list in the report's
+// order.
+func CoverageFindings(res *coverage.Result) Findings {
+	f := Findings{NeverFires: []string{}, Missed: []string{}, Noisy: slices.Clone(res.Baseline.FalsePositives)}
+	for _, fr := range res.Faults {
+		if !passed(fr) {
+			f.Missed = append(f.Missed, fr.ID)
+		}
+	}
+	for _, r := range res.Rules {
+		if r.Status == string(rules.StatusNeverFires) {
+			f.NeverFires = append(f.NeverFires, r.Name)
+		}
+	}
+	if f.Noisy == nil {
+		f.Noisy = []string{}
+	}
+	return f
+}
+
 // passed reports whether some detector noticed the fault within its deadline.
 func passed(fr *coverage.FaultResult) bool {
 	for _, c := range fr.Cells {
@@ -132,9 +165,17 @@ func CoverageTable(w io.Writer, res *coverage.Result) error {
 	if len(s.Late) > 0 {
 		fmt.Fprintf(w, "Late (noticed after the deadline only): %s.\n", strings.Join(s.Late, ", "))
 	}
+	// One pass over the matrix: searching it once per detector was
+	// quadratic in the rules, minutes for 10,000 of them.
+	fired := map[string]bool{}
+	for _, c := range res.Matrix {
+		if c.Detected {
+			fired[c.Detector] = true
+		}
+	}
 	var silent []string
 	for _, d := range res.Detectors {
-		if !slices.ContainsFunc(res.Matrix, func(c coverage.Cell) bool { return c.Detector == d.Name && c.Detected }) {
+		if !fired[d.Name] {
 			silent = append(silent, d.Name)
 		}
 	}
