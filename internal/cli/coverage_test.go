@@ -3,15 +3,35 @@ package cli
 import (
 	"encoding/json"
 	"encoding/xml"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gpuchaos/gpuchaos/internal/coverage"
 )
 
 func TestCoverageBadRules(t *testing.T) {
 	t.Parallel()
 	dir := "../../internal/rules/testdata/"
+	tmp := t.TempDir()
+	// Sparse: 50 MB that take no disk and, if read, would be zeros.
+	huge := filepath.Join(tmp, "huge.yaml")
+	if f, err := os.Create(huge); err != nil {
+		t.Fatal(err)
+	} else if err := f.Truncate(50 << 20); err != nil || f.Close() != nil {
+		t.Fatal(err)
+	}
+	many := filepath.Join(tmp, "many.yaml")
+	var doc strings.Builder
+	doc.WriteString("groups:\n- name: g\n  rules:\n")
+	for i := range coverage.MaxRules + 1 {
+		fmt.Fprintf(&doc, "  - {alert: A%d, expr: up}\n", i)
+	}
+	if err := os.WriteFile(many, []byte(doc.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		args []string
@@ -24,6 +44,15 @@ func TestCoverageBadRules(t *testing.T) {
 		{"no rules", nil, "--rules: name at least one rule file"},
 		{"unknown pack", []string{"--rules", "pack:nope"}, `unknown rule pack "nope"`},
 		{"bad format", []string{"--rules", "pack:seed", "--format", "pdf"}, `--format: "pdf" is not one of table, json, junit or html`},
+		{"file over the size limit", []string{"--rules", huge}, "huge.yaml: 50.0 MiB, over the 4 MiB limit for a rule file"},
+		{"rules over the count limit", []string{"--rules", many}, "--rules: 20001 rules, over the 20000 one coverage run evaluates"},
+		{"unknown opt-in", []string{"--rules", "pack:seed", "--opt-in", "NOT_A_METRIC"},
+			"--opt-in: NOT_A_METRIC is not a dcgm-exporter opt-in counter gpuchaos knows (known: DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, "},
+		{"default counter as opt-in", []string{"--rules", "pack:seed", "--opt-in", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,DCGM_FI_DEV_GPU_TEMP"},
+			"--opt-in: DCGM_FI_DEV_GPU_TEMP is exported by default (dcgm-exporter)"},
+		{"opt-in the twin lacks", []string{"--rules", "pack:seed", "--opt-in", "DCGM_FI_PROF_SM_ACTIVE"},
+			"--opt-in: DCGM_FI_PROF_SM_ACTIVE is an opt-in counter of dcgm-exporter that the twin does not simulate"},
+		{"unknown finding", []string{"--rules", "pack:seed", "--fail-on", "missed,loud"}, `--fail-on: "loud" is not one of missed, never-fires or noisy`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -127,5 +156,100 @@ spec:
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestCoverageFailOn runs two faults that the rules catch one of, with a
+// rule that never fires and none that is noisy, under each --fail-on: the
+// report is written in full either way, and the exit status and its one
+// line follow the findings named.
+func TestCoverageFailOn(t *testing.T) {
+	t.Parallel()
+	rulesFile := filepath.Join(t.TempDir(), "team.yaml")
+	if err := os.WriteFile(rulesFile, []byte(`groups:
+- name: gpu
+  rules:
+  - alert: GpuXid
+    expr: DCGM_FI_DEV_XID_ERRORS > 0
+  - alert: GpuEccDbe
+    expr: DCGM_FI_DEV_ECC_DBE_VOL > 0
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	noisyFile := filepath.Join(t.TempDir(), "noisy.yaml")
+	if err := os.WriteFile(noisyFile, []byte("groups:\n- name: hot\n  rules:\n  - {alert: GpuWarm, expr: DCGM_FI_DEV_GPU_TEMP > 0}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := []string{"coverage", "--rules", rulesFile, "--faults", "hardware.xid,numa.remote-memory", "--suggest=false", "--format", "junit"}
+	tests := []struct {
+		name   string
+		failOn []string
+		code   int
+		want   string
+	}{
+		{"none: exit 0 whatever it found", nil, 0, ""},
+		{"missed", []string{"--fail-on", "missed"}, 1, "--fail-on: missed: 1 fault (numa.remote-memory)"},
+		{"never-fires", []string{"--fail-on", "never-fires"}, 1, "--fail-on: never-fires: 1 rule (GpuEccDbe)"},
+		{"noisy, and nothing is", []string{"--fail-on", "noisy"}, 0, ""},
+		{"noisy", []string{"--rules", noisyFile, "--fail-on", "noisy"}, 1, "--fail-on: noisy: 1 detector (GpuWarm)"},
+		{"repeated and comma-separated", []string{"--fail-on", "noisy,never-fires", "--fail-on", "missed"}, 1,
+			"--fail-on: missed: 1 fault (numa.remote-memory); never-fires: 1 rule (GpuEccDbe)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			code, out, errs := runCLI(t, "", append(base, tt.failOn...)...)
+			var suites struct {
+				Suite struct {
+					Tests    int `xml:"tests,attr"`
+					Failures int `xml:"failures,attr"`
+				} `xml:"testsuite"`
+			}
+			if err := xml.Unmarshal([]byte(out), &suites); err != nil || suites.Suite.Tests != 2 || suites.Suite.Failures != 1 {
+				t.Errorf("report not written in full: %v, %+v", err, suites.Suite)
+			}
+			if code != tt.code || !strings.Contains(errs, tt.want) || strings.Count(errs, "\n") > 1 {
+				t.Errorf("exit %d, stderr %q; want exit %d and one line containing %q", code, errs, tt.code, tt.want)
+			}
+		})
+	}
+}
+
+// TestCoverageProgress: --progress prints plain lines, one per fault, on a
+// standard error that is no terminal; without it nothing is printed there.
+func TestCoverageProgress(t *testing.T) {
+	t.Parallel()
+	args := []string{"coverage", "--rules", "pack:seed", "--faults", "hardware.xid,numa.remote-memory", "--suggest=false", "--format", "json", "--parallel", "1"}
+	tests := []struct {
+		name  string
+		flags []string
+		want  []string
+	}{
+		{"off without a terminal", nil, nil},
+		{"forced", []string{"--progress"}, []string{"coverage: 1/2 faults, ", "coverage: 2/2 faults, "}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			code, _, errs := runCLI(t, "", append(args, tt.flags...)...)
+			if code != 0 || strings.Contains(errs, "\r") {
+				t.Fatalf("exit %d, stderr %q", code, errs)
+			}
+			lines := strings.Split(strings.TrimSuffix(errs, "\n"), "\n")
+			if len(tt.want) == 0 {
+				if errs != "" {
+					t.Errorf("stderr %q, want nothing", errs)
+				}
+				return
+			}
+			if len(lines) != len(tt.want) {
+				t.Fatalf("stderr %q, want %d lines", errs, len(tt.want))
+			}
+			for i, w := range tt.want {
+				if !strings.HasPrefix(lines[i], w) || !strings.HasSuffix(lines[i], " s") {
+					t.Errorf("line %d %q, want %q…s", i, lines[i], w)
+				}
+			}
+		})
 	}
 }
