@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"strings"
@@ -37,20 +38,28 @@ numa_node, gpu_numa_id), links ("i-j" with i < j to NV<n>, PIX, PXB, PHB,
 NODE or SYS), and, when the box has NICs, nics and nic_links.
 
 ANSI colour escapes, tabs turned into spaces and the legend after the
-matrix are all fine. Malformed input fails with the line at fault.`,
+matrix are all fine. Malformed input fails with the line at fault, and
+input over 1 MiB is refused (nvidia-smi topo -m prints a few KiB).`,
 		Example: `  nvidia-smi topo -m | gpuchaos topo parse
   gpuchaos topo parse topo.txt --format table
   nvidia-smi topo -m | gpuchaos topo parse - | jq '.links'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, name, closeIn, err := openInput(cmd, args)
+			ctx := cmd.Context()
+			in, err := openInput(ctx, cmd, args, false)
 			if err != nil {
+				if ctx.Err() != nil {
+					return failed(fmt.Errorf("topo parse: stopped while opening the input: %w", err))
+				}
 				return err
 			}
-			defer closeIn()
-			m, err := topo.Parse(r)
+			defer in.Close()
+			m, err := topo.Parse(in)
 			if err != nil {
-				return fmt.Errorf("parse %s: %w", name, err)
+				if ctx.Err() != nil {
+					return failed(fmt.Errorf("parse %s: stopped before the input ended: %w", in.name, context.Cause(ctx)))
+				}
+				return fmt.Errorf("parse %s: %w", in.name, err)
 			}
 			if f == "json" {
 				return writeJSON(cmd.OutOrStdout(), m)

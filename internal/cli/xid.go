@@ -1,10 +1,11 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -33,7 +34,8 @@ parser use.`,
 }
 
 func newXIDParseCmd() *cobra.Command {
-	return &cobra.Command{
+	var follow bool
+	cmd := &cobra.Command{
 		Use:   "parse [FILE|-]",
 		Short: "Print the XID and SXid events in kernel log text as JSON lines",
 		Long: `Read kernel log text from FILE, or standard input when FILE is - or
@@ -45,24 +47,75 @@ action, and time (the line's stamp as written, when it has one).
 Accepted shapes: raw /dev/kmsg records, dmesg with [seconds] or dmesg -T
 [ctime] stamps, journalctl and syslog lines, and bare NVRM text. Lines that
 are not XIDs print nothing. XID 154 takes its action from its own text
-(GPU Reset Required, Node Reboot Required, Drain and Reset).`,
+(GPU Reset Required, Node Reboot Required, Drain and Reset).
+
+/dev/kmsg (reading it needs root) is read from its oldest record to its
+newest, and the command ends there; with --follow it keeps printing new
+records until interrupted. Lines longer than 64 KiB are parsed from their
+first 64 KiB only; a line on stderr counts them.
+
+Exit status: 0 when the input ended, or when --follow was stopped by
+SIGINT or SIGTERM; 1 when a signal stopped it before the input ended
+(the events read until then are printed); 2 on bad input.`,
 		Example: `  sudo dmesg | gpuchaos xid parse
+  sudo gpuchaos xid parse /dev/kmsg
+  sudo gpuchaos xid parse --follow /dev/kmsg | jq -c 'select(.action != "none")'
   sudo journalctl -k -o short --since today | gpuchaos xid parse -
   gpuchaos xid parse /var/log/kern.log | jq 'select(.action == "reset-gpu")'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			r, name, closeIn, err := openInput(cmd, args)
+			ctx := cmd.Context()
+			in, err := openInput(ctx, cmd, args, follow)
 			if err != nil {
+				if ctx.Err() != nil {
+					return failed(fmt.Errorf("xid parse: stopped while opening the input: %w", err))
+				}
 				return err
 			}
-			defer closeIn()
+			defer in.Close()
 			enc := json.NewEncoder(cmd.OutOrStdout())
-			if err := xid.Parse(r, func(ev xid.Event) error { return enc.Encode(ev) }); err != nil {
-				return fmt.Errorf("parse %s: %w", name, err)
+			st, err := xid.Parse(in, func(ev xid.Event) error { return enc.Encode(ev) })
+			reportXIDParse(cmd.ErrOrStderr(), in, st)
+			switch {
+			case err == nil:
+				return nil
+			case ctx.Err() != nil && follow:
+				// Following ends only this way.
+				return nil
+			case ctx.Err() != nil:
+				return failed(fmt.Errorf("parse %s: stopped after %s: %w", in.name, plural(st.Lines, "line"), context.Cause(ctx)))
 			}
-			return nil
+			return fmt.Errorf("parse %s: %w", in.name, err)
 		},
 	}
+	cmd.Flags().BoolVar(&follow, "follow", false, "with /dev/kmsg: after the records in the kernel's buffer, keep reading new ones until interrupted")
+	return cmd
+}
+
+// reportXIDParse says on stderr, one line each, what xid parse read but
+// could not use whole: cut lines, and kernel log records lost to the ring
+// buffer's overrun.
+func reportXIDParse(w io.Writer, in *input, st xid.Stats) {
+	if st.Cut > 0 {
+		verb := "were"
+		if st.Cut == 1 {
+			verb = "was"
+		}
+		fmt.Fprintf(w, "xid parse: %s over %d bytes %s cut\n", plural(st.Cut, "line"), xid.MaxLine, verb)
+	}
+	if in.klog != nil {
+		if n := in.klog.Overruns(); n > 0 {
+			fmt.Fprintf(w, "xid parse: %s: the kernel overwrote records before they were read (%s)\n", in.name, plural(int64(n), "time"))
+		}
+	}
+}
+
+// plural writes "1 line", "3 lines".
+func plural(n int64, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.FormatInt(n, 10) + " " + noun + "s"
 }
 
 func newXIDCodesCmd() *cobra.Command {
@@ -93,18 +146,4 @@ to do.`,
 	}
 	addFormatFlag(cmd, &f)
 	return cmd
-}
-
-// openInput opens the FILE argument of a parse command, standard input for
-// "-" or no argument. The name it returns is for error messages.
-func openInput(cmd *cobra.Command, args []string) (io.Reader, string, func(), error) {
-	if len(args) == 0 || args[0] == "-" {
-		return cmd.InOrStdin(), "standard input", func() {}, nil
-	}
-	f, err := os.Open(args[0])
-	if err != nil {
-		// *PathError already reads "open FILE: reason".
-		return nil, "", nil, err
-	}
-	return f, args[0], func() { f.Close() }, nil
 }
