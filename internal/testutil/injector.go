@@ -32,7 +32,11 @@ func StartInjector(t testing.TB, run string, env ...string) *exec.Cmd {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	line, err := bufio.NewReader(out).ReadString('\n')
+	r := bufio.NewReader(out)
+	line, err := r.ReadString('\n')
+	for err == nil && strings.TrimSpace(line) == StartingLine {
+		line, err = r.ReadString('\n') // a child that also serves KillAt
+	}
 	if err != nil || strings.TrimSpace(line) != InjectedLine {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()

@@ -187,8 +187,11 @@ func jobName(t *testing.T) string {
 func jobRef(job string) target.Ref { return target.Ref{Kind: catalog.ScopeJob, Job: job} }
 
 // injectorHelper injects helperFaultEnv on helperJobEnv's checkpoint
-// directory (dirEnv), prints "injected", and waits to be killed.
+// directory (dirEnv), saying "starting" before (and taking the rest of
+// its environment then, when a testutil.Spawner started it) and
+// "injected" after, and waits to be killed.
 func injectorHelper() int {
+	testutil.Starting()
 	id := os.Getenv(helperFaultEnv)
 	f, _ := catalog.Lookup(id)
 	in, err := New(f, f.Mechanism(mechanisms[id]), Options{StateDir: os.Getenv(helperStateEnv)})
@@ -212,11 +215,16 @@ func injectorHelper() int {
 	return 0
 }
 
+// helperEnv is the environment of an injector helper, but for its role.
+func helperEnv(t *testing.T, id, stateDir, key, dir string) []string {
+	return []string{helperFaultEnv + "=" + id, helperStateEnv + "=" + stateDir,
+		helperKeyEnv + "=" + key, dirEnv + "=" + dir, helperJobEnv + "=" + jobName(t)}
+}
+
 // runHelper starts the injector helper and returns once it has injected.
 func runHelper(t *testing.T, id, stateDir, key, dir string) *exec.Cmd {
 	t.Helper()
-	return testutil.StartInjector(t, "^$", roleEnv+"=injector", helperFaultEnv+"="+id, helperStateEnv+"="+stateDir,
-		helperKeyEnv+"="+key, dirEnv+"="+dir, helperJobEnv+"="+jobName(t))
+	return testutil.StartInjector(t, "^$", append(helperEnv(t, id, stateDir, key, dir), roleEnv+"=injector")...)
 }
 
 // mountTmpfs mounts a tmpfs of size bytes on a fresh directory, or skips
