@@ -43,6 +43,12 @@
 // series and crashes the job, NUMA misplacement moves no GPU metric but
 // slows every step.
 //
+// History: Sleep keeps the samples and kernel log lines of the last
+// retention (65 minutes by default, the longest lookback of any probe or
+// rule pack) and, once a fault has been applied, everything from that long
+// before it; so memory follows the evaluation window, not the warm-up. The
+// limits on specs and warm-ups (MaxGPUs, MaxWarmup, …) are in limits.go.
+//
 // Everything is single-threaded and driven by the caller: the twin starts no
 // goroutine, and the same spec and seed give the same series and logs byte
 // for byte. A Twin is not safe for concurrent use.
