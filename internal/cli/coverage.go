@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -84,9 +85,6 @@ fault-free twin).`,
 			if err != nil {
 				return err
 			}
-			if n := len(set.Rules); n > coverage.MaxRules {
-				return fmt.Errorf("--rules: %d rules, over the %d one coverage run evaluates; split them by file or team", n, coverage.MaxRules)
-			}
 			spec := twin.Default()
 			if cluster != "" {
 				if spec, err = loadCluster(cluster); err != nil {
@@ -117,6 +115,9 @@ fault-free twin).`,
 			}
 			res, err := coverage.Run(cmd.Context(), opts)
 			prog.end()
+			if tm := (*coverage.TooManyRulesError)(nil); errors.As(err, &tm) {
+				return fmt.Errorf("--rules: %w", err)
+			}
 			if err != nil {
 				return failed(fmt.Errorf("coverage: %w", err))
 			}

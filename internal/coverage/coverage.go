@@ -6,7 +6,6 @@ package coverage
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -73,8 +72,16 @@ const (
 // run is better split by team or file.
 const MaxRules = 20_000
 
-// ErrTooManyRules is returned, wrapped, for a rule set over MaxRules.
-var ErrTooManyRules = errors.New("too many rules")
+// TooManyRulesError is Run's refusal of a rule set over MaxRules, before
+// any twin is built.
+type TooManyRulesError struct {
+	// Rules is how many the set holds.
+	Rules int
+}
+
+func (e *TooManyRulesError) Error() string {
+	return fmt.Sprintf("%d rules, over the %d one coverage run evaluates; split them by file or team", e.Rules, MaxRules)
+}
 
 // Cell is one fault × detector outcome.
 type Cell struct {
@@ -171,7 +178,7 @@ const recoveryWindow = 10 * time.Minute
 // Run computes the matrix.
 func Run(ctx context.Context, opts Options) (*Result, error) {
 	if opts.Rules != nil && len(opts.Rules.Rules) > MaxRules {
-		return nil, fmt.Errorf("%w: %d, over the %d one coverage run evaluates; split them by file or team", ErrTooManyRules, len(opts.Rules.Rules), MaxRules)
+		return nil, &TooManyRulesError{Rules: len(opts.Rules.Rules)}
 	}
 	opts.defaults()
 	res := &Result{Detectors: Builtins(opts.Detectors), Faults: make([]*FaultResult, len(opts.Faults)),
