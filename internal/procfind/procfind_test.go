@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // roleEnv makes the re-executed test binary a sleeper that carries
@@ -17,6 +19,9 @@ import (
 const roleEnv = "PROCFIND_TEST_ROLE"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(testutil.LeaderlessEnv) != "" {
+		testutil.Leaderless()
+	}
 	if os.Getenv(roleEnv) == "sleeper" {
 		time.Sleep(time.Minute)
 		os.Exit(0)

@@ -40,6 +40,9 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(testutil.LeaderlessEnv) != "" {
+		testutil.Leaderless()
+	}
 	switch os.Getenv(roleEnv) {
 	case "rank":
 		fakeRank(os.Getenv(stepsEnv), os.Getenv(waitEnv) != "")
