@@ -37,6 +37,9 @@ const (
 	helperKeyEnv   = "PROCFAULT_HELPER_KEY"
 	helperPIDEnv   = "PROCFAULT_HELPER_PID"
 	helperMechEnv  = "PROCFAULT_HELPER_MECHANISM"
+	// helperCPUsEnv, when set, is a cgroup-cpu straggler's cpus, so the
+	// helper does not measure them first.
+	helperCPUsEnv = "PROCFAULT_HELPER_CPUS"
 )
 
 func TestMain(m *testing.M) {
@@ -209,8 +212,11 @@ func testOptions(dir string) Options {
 
 // injectorHelper injects the fault helperFaultEnv names, by the mechanism
 // helperMechEnv names (its first when empty), on the pid helperPIDEnv
-// gives, prints "injected", and waits to be killed.
+// gives, saying "starting" before (and taking the rest of its
+// environment then, when a testutil.Spawner started it) and "injected"
+// after, and waits to be killed.
 func injectorHelper() int {
+	testutil.Starting()
 	id := os.Getenv(helperFaultEnv)
 	f, _ := catalog.Lookup(id)
 	mech := os.Getenv(helperMechEnv)
@@ -225,6 +231,9 @@ func injectorHelper() int {
 	raw := map[string]string{"pid": os.Getenv(helperPIDEnv)}
 	if id == idStraggler {
 		raw["slowdown"], raw["window"] = "2", "200ms"
+		if cpus := os.Getenv(helperCPUsEnv); cpus != "" {
+			raw["cpus"] = cpus
+		}
 	}
 	if mech == mechDutyCycle {
 		// Stopped 90 % of the time, so that a pacer killed with its
