@@ -12,7 +12,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/numa"
 	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // The test binary plays more parts when re-executed, chosen by roleEnv:
@@ -27,6 +29,13 @@ const (
 	// stateEnv and pdeathEnv configure the injector role.
 	stateEnv  = "NUMAFAULT_TEST_STATE"
 	pdeathEnv = "NUMAFAULT_TEST_PDEATHSIG"
+	// faultEnv, keyEnv, pidEnv and nodesEnv configure the crash-injector
+	// role: the fault, the key, the rank's pid (wrong-affinity) and the
+	// node tree (SysNodeDir).
+	faultEnv = "NUMAFAULT_TEST_FAULT"
+	keyEnv   = "NUMAFAULT_TEST_KEY"
+	pidEnv   = "NUMAFAULT_TEST_PID"
+	nodesEnv = "NUMAFAULT_TEST_NODES"
 )
 
 func TestMain(m *testing.M) {
@@ -38,6 +47,8 @@ func TestMain(m *testing.M) {
 		os.Exit(code)
 	case "injector":
 		os.Exit(injectorRole())
+	case "crash-injector":
+		os.Exit(crashInjectorRole())
 	case "sleeper":
 		time.Sleep(time.Minute)
 		os.Exit(0)
@@ -69,5 +80,42 @@ func injectorRole() int {
 	}
 	fmt.Println("hog", st.Child.PID)
 	time.Sleep(time.Minute)
+	return 0
+}
+
+// crashInjectorRole injects faultEnv under keyEnv, on the rank pidEnv
+// names (wrong-affinity) or with a hog of 8 MiB (memory-pressure), saying
+// "starting" before (and taking the rest of its environment then, as a
+// testutil.Spawner starts it) and "injected" after, and waits to be
+// killed. The GPU is on the first node of the tree nodesEnv names.
+func crashInjectorRole() int {
+	testutil.Starting()
+	id := os.Getenv(faultEnv)
+	f, _ := catalog.Lookup(id)
+	topo, err := numa.ReadTopology(os.Getenv(nodesEnv))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "crash-injector:", err)
+		return 1
+	}
+	o := Options{StateDir: os.Getenv(stateEnv), Exec: os.Args[0], ExecArgs: []string{}, SysNodeDir: os.Getenv(nodesEnv),
+		env: []string{roleEnv + "=hog", tagEnv + "=" + os.Getenv(tagEnv)}, maxHogBytes: 8 << 20,
+		noPdeathsig: os.Getenv(pdeathEnv) == "off",
+		GPUNode:     func(context.Context, int) (int, error) { return topo.Nodes[0].ID, nil }}
+	in, err := New(f, f.Mechanism(mechanisms[id]), o)
+	if err == nil {
+		var v catalog.Values
+		raw := map[string]string{"fraction": "0.1"}
+		if id == "numa.wrong-affinity" {
+			raw = map[string]string{"pid": os.Getenv(pidEnv)}
+		}
+		if v, err = f.Resolve(raw); err == nil {
+			err = in.Inject(context.Background(), os.Getenv(keyEnv), target.Ref{Kind: catalog.ScopeRank}, v)
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "crash-injector:", err)
+		return 1
+	}
+	testutil.Injected()
 	return 0
 }
