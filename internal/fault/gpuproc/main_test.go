@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // The test binary plays three more parts when re-executed, chosen by
@@ -142,8 +143,11 @@ const (
 )
 
 // injectorHelper injects exhaustion.sm-burn on GPU 0 under the key it is
-// given, prints "injected" and waits to be killed.
+// given, saying "starting" before (and taking the rest of its environment
+// then, when a testutil.Spawner started it) and "injected" after, and
+// waits to be killed.
 func injectorHelper() int {
+	testutil.Starting()
 	f, _ := catalog.Lookup("exhaustion.sm-burn")
 	inj, err := New(f, f.Mechanism("burn"), Options{
 		StateDir:    os.Getenv(helperStateEnv),
@@ -159,8 +163,7 @@ func injectorHelper() int {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
 	}
-	fmt.Println("injected")
-	time.Sleep(time.Minute)
+	testutil.Injected()
 	return 0
 }
 
