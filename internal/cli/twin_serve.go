@@ -71,7 +71,7 @@ func (fl twinServeFlags) run(cmd *cobra.Command) error {
 	if fl.cluster != "" {
 		spec, err := loadCluster(fl.cluster)
 		if err != nil {
-			return fmt.Errorf("--cluster: %w", err)
+			return err // already names --cluster
 		}
 		opts.Twin.Spec = spec
 	}

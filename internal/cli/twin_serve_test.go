@@ -5,6 +5,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +102,10 @@ func TestTwinServeBadFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { busy.Close() })
+	big := filepath.Join(t.TempDir(), "big.yaml")
+	if err := os.WriteFile(big, []byte("nodes: {count: 100000}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
 		name string
 		args []string
@@ -112,7 +118,8 @@ func TestTwinServeBadFlags(t *testing.T) {
 		{"speed past the limit", []string{"--speed", "1e30"}, 2, "--speed: at most 3600 virtual seconds per wall second, got 1e+30"},
 		{"NaN speed", []string{"--speed", "NaN"}, 2, "--speed: must be a positive number, got NaN"},
 		{"infinite speed", []string{"--speed", "+Inf"}, 2, "--speed: must be a positive number, got +Inf"},
-		{"missing cluster file", []string{"--cluster", "/nonexistent/cluster.yaml"}, 2, "--cluster: load cluster spec"},
+		{"missing cluster file", []string{"--cluster", "/nonexistent/cluster.yaml"}, 2, "gpuchaos: --cluster: load cluster spec"},
+		{"cluster past the GPU limit", []string{"--cluster", big}, 2, "gpuchaos: --cluster: " + big + ": nodes.count: 100000 is outside 1..4096\n"},
 		{"port in use", []string{"--listen", busy.Addr().String(), "--warmup", "0s"}, 1, "--listen: listen tcp " + busy.Addr().String()},
 		{"extra argument", []string{"now"}, 2, `unknown command "now"`},
 	}
