@@ -21,6 +21,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
 	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // rig is one injector over the fake gpuchaos, with its directories.
@@ -391,7 +392,12 @@ func TestRecoverAfterInjectorKilled(t *testing.T) {
 			if err := helper.Start(); err != nil {
 				t.Fatal(err)
 			}
-			if line := readLine(t, bufio.NewReader(out)); line != "injected" {
+			br := bufio.NewReader(out)
+			line := readLine(t, br)
+			if line == testutil.StartingLine {
+				line = readLine(t, br)
+			}
+			if line != testutil.InjectedLine {
 				_ = helper.Process.Kill()
 				_ = helper.Wait()
 				t.Fatalf("helper said %q (stderr %q)", line, stderr.String())
