@@ -29,8 +29,11 @@ type childSpec struct {
 	Raw           map[string]string
 }
 
-// crashChild is the crash child's whole life, run from TestMain.
+// crashChild is the crash child's whole life, run from TestMain. It says
+// "starting" before it injects (and, when a testutil.Spawner started it,
+// takes its spec then).
 func crashChild() int {
+	testutil.Starting()
 	var s childSpec
 	if err := json.Unmarshal([]byte(os.Getenv(childEnv)), &s); err != nil {
 		fmt.Println("bad spec:", err)

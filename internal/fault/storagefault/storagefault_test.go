@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv(nt.SleeperEnv) != "" {
 		nt.Sleep()
 	}
-	if os.Getenv(childEnv) != "" {
+	if os.Getenv(childEnv) != "" || os.Getenv(spawnedEnv) != "" {
 		os.Exit(crashChild())
 	}
 	goleak.VerifyTestMain(m)
