@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
@@ -277,6 +279,72 @@ func TestXIDParseFlagsAndBounds(t *testing.T) {
 			if code != tt.wantCode || !strings.Contains(out, tt.wantOut) || errs != tt.wantErr {
 				t.Errorf("exit %d, stdout %q, stderr %q; want %d, %q in stdout, stderr %q", code, out, errs, tt.wantCode, tt.wantOut, tt.wantErr)
 			}
+		})
+	}
+}
+
+// TestInputEnds checks openInput on its own: when the context ends, Read
+// returns the cause at once, even from a FIFO whose writer stays, and the
+// reading goroutine ends with it wherever the source can be woken (files
+// in the poller are closed under it). Not parallel, so that goleak sees
+// only this test's goroutines.
+func TestInputEnds(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "kern.log")
+	if err := os.WriteFile(file, []byte("one\ntwo\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name   string
+		path   string
+		writer bool // a writer holds the FIFO open and writes "one\n"
+	}{
+		{"a regular file", file, false},
+		{"a FIFO whose writer stays", fifo, true},
+		{"an endless device", "/dev/zero", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := goleak.IgnoreCurrent()
+			if tt.writer {
+				// O_RDWR opens without waiting for a reader and keeps the
+				// FIFO's writer side open.
+				w, err := os.OpenFile(fifo, os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer w.Close()
+				if _, err := w.WriteString("one\n"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, cancel := context.WithCancelCause(context.Background())
+			in, err := openInput(ctx, newRoot(strings.NewReader(""), io.Discard, io.Discard), []string{tt.path}, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			buf := make([]byte, 3)
+			if _, err := io.ReadFull(in, buf); err != nil {
+				t.Fatalf("first read: %v", err)
+			}
+			stopped := errors.New("stopped by the test")
+			cancel(stopped)
+			// A regular file's bytes may already sit in the pipe; the cause
+			// comes next.
+			var rerr error
+			for rerr == nil {
+				_, rerr = in.Read(buf)
+			}
+			if !errors.Is(rerr, stopped) {
+				t.Errorf("Read after cancel = %v, want the cause", rerr)
+			}
+			// Before the writer goes: its leaving would end the read too.
+			goleak.VerifyNone(t, before)
 		})
 	}
 }
