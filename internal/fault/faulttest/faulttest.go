@@ -1,12 +1,15 @@
 // Package faulttest is the conformance suite every injector passes, in the
 // manner of testing/slogtest: inject twice, inject then recover twice,
 // recover with nothing injected, a cancelled context, and a target that
-// vanished. Each check uses a fresh injector and target from the Case.
+// vanished, after which Recover may say gone only with its proof on one
+// line and then forget the key, or stay unproven. Each check uses a fresh
+// injector and target from the Case.
 package faulttest
 
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
@@ -120,6 +123,16 @@ func Run(t *testing.T, newEnv func(t *testing.T) Env) {
 		if err != nil && !errors.Is(err, fault.ErrTargetGone) {
 			t.Fatalf("recover after the target vanished: %v", err)
 		}
+		if err == nil {
+			return
+		}
+		// Gone is believed only with what it rests on, on one line: more
+		// than "recover FAULT: target gone".
+		if rest := strings.ReplaceAll(err.Error(), fault.ErrTargetGone.Error(), ""); strings.Count(rest, ":") < 2 || strings.Contains(rest, "\n") {
+			t.Fatalf("recover after the target vanished says gone without its proof on one line: %q", err)
+		}
+		// A gone key is forgotten: asking again recovers nothing.
+		must(t, "second recover of a gone key", e.Injector.Recover(ctx, key))
 	})
 }
 
