@@ -36,5 +36,12 @@
 //     itself after the hold time, continuing the rank on every way out
 //     but SIGKILL; Recover stops it (SIGTERM, then SIGKILL) and sends the
 //     rank SIGCONT itself, since a SIGKILLed pacer may have left it
-//     stopped.
+//     stopped. The pacer carries the key's mark in its environment
+//     (childproc.Spec.Mark), so Recover also stops one that its injector
+//     was killed too early to record.
+//
+// A rank is reported gone (fault.ErrTargetGone) only with the proof of its
+// end in the error (procfind.Proc.Gone: its pid absent, another process's,
+// or a zombie with no thread left running); a rank whose leader thread
+// exited while its other threads run on is continued, not called gone.
 package procfault
