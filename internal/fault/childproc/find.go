@@ -98,8 +98,11 @@ func marked(pid int, want []byte, path string) (procfind.Proc, bool, error) {
 			return p, false, err
 		}
 		cmd, cerr := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-		if cerr != nil {
+		if errors.Is(cerr, fs.ErrNotExist) || errors.Is(cerr, syscall.ESRCH) {
 			return p, false, cerr
+		}
+		if cerr != nil {
+			return p, false, errHidden // neither can be read: it may be ours
 		}
 		if argv0, _, _ := bytes.Cut(cmd, []byte{0}); string(argv0) != path {
 			return p, false, nil
