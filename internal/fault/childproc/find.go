@@ -89,8 +89,11 @@ var errHidden = errors.New("environment unreadable")
 // process that was read; any error but errHidden means it is gone.
 func marked(pid int, want []byte, path string) (procfind.Proc, bool, error) {
 	p, err := procfind.Identify(pid)
-	if err != nil {
+	if errors.Is(err, fs.ErrNotExist) {
 		return p, false, err
+	}
+	if err != nil {
+		return p, false, errHidden // its stat cannot be read: it may be ours
 	}
 	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
 	if err != nil {
