@@ -73,7 +73,7 @@ func Find(mark, path string) (Found, error) {
 			more = fmt.Sprintf(" and %d more", len(hidden)-3)
 			hidden = hidden[:3]
 		}
-		return out, fmt.Errorf("find children of %s: cannot read the environment of %s%s, whose command line is %s's: %w",
+		return out, fmt.Errorf("find children of %s: cannot read the environment of %s%s, whose command line is %s's or unreadable too: %w",
 			mark, strings.Join(hidden, ", "), more, path, fault.ErrUnproven)
 	}
 	return out, nil
