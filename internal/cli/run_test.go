@@ -193,6 +193,7 @@ func TestMisplacedFiles(t *testing.T) {
 		{"cluster spec as the experiment", []string{"run", "../../examples/twin/h200-2x8.yaml"}, "this is a twin cluster spec (nodes, jobs), not an Experiment: pass it with --cluster"},
 		{"experiment as demo's cluster", []string{"demo", "--cluster", "../../examples/thermal-throttle.yaml"}, "--cluster: ../../examples/thermal-throttle.yaml has kind: Experiment, not a twin cluster spec: run it with 'gpuchaos run ../../examples/thermal-throttle.yaml'"},
 		{"experiment as run's cluster", []string{"run", "../../examples/thermal-throttle.yaml", "--cluster", "../../examples/thermal-throttle.yaml"}, "has kind: Experiment, not a twin cluster spec"},
+		{"an endless cluster spec", []string{"demo", "--cluster", "/dev/zero"}, "--cluster: load cluster spec: /dev/zero: larger than the limit"},
 		{"local experiment on the twin", []string{"run", "../../examples/local/sm-burn.yaml"}, `"burn" of exhaustion.sm-burn runs on target local or k8s, not twin: use --target local`},
 	}
 	for _, tt := range tests {
