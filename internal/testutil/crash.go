@@ -21,7 +21,7 @@ import (
 )
 
 // StartingLine is what an injecting child prints right before it starts
-// to inject, so that KillAt can time its kill from that moment.
+// to inject, so that Spawner.KillAt can time its kill from that moment.
 const StartingLine = "starting"
 
 // readyLine is what a child Spawner started prints once it is up and
@@ -33,10 +33,10 @@ const readyLine = "ready"
 // the child's environment before it goes on.
 const goEnv = "GPUCHAOS_TEST_AWAIT_GO"
 
-// Starting is the child's side of KillAt: the injection begins now. A
-// child that a Spawner started ahead first waits for its go-ahead, whose
-// variables it then reads from its environment; one whose parent went
-// away instead (stdin closed) exits without injecting.
+// Starting is the child's side of Spawner.KillAt: the injection begins
+// now. A child that a Spawner started ahead first waits for its go-ahead,
+// whose variables it then reads from its environment; one whose parent
+// went away instead (stdin closed) exits without injecting.
 func Starting() {
 	if os.Getenv(goEnv) != "" {
 		fmt.Println(readyLine)
@@ -94,16 +94,6 @@ func Moment(r *rand.Rand, max time.Duration) time.Duration {
 	return time.Duration(float64(min) * math.Pow(float64(max)/float64(min), r.Float64()))
 }
 
-// KillAt runs the test binary again as StartInjector does, waits for
-// the child's StartingLine, SIGKILLs it d later wherever it got to, and
-// reaps it. It reports whether the child had said InjectedLine by then. A
-// child that ended by itself (its injection failed) fails the test with
-// what it printed.
-func KillAt(t testing.TB, d time.Duration, run string, env ...string) (injected bool) {
-	t.Helper()
-	return start(t, run, env, false).killAt(t, d, nil)
-}
-
 // Spawner runs a property test's injecting children one round ahead: each
 // is started (the test binary again, with run as its -test.run pattern and
 // env added) while the round before it runs, and waits in Starting for
@@ -137,8 +127,11 @@ func NewSpawner(t testing.TB, run string, env ...string) *Spawner {
 }
 
 // KillAt lets the waiting child inject with env added to its environment
-// (NAME=VALUE, without tabs or newlines), starts the next one, and kills
-// the first as the function KillAt does.
+// (NAME=VALUE, without tabs or newlines), starts the next one, waits for
+// the first's StartingLine, SIGKILLs it d later wherever it got to, and
+// reaps it. It reports whether the child had said InjectedLine by then. A
+// child that ended by itself (its injection failed) fails the test with
+// what it printed.
 func (s *Spawner) KillAt(t testing.TB, d time.Duration, env ...string) (injected bool) {
 	t.Helper()
 	for _, kv := range env {
@@ -159,6 +152,9 @@ type child struct {
 	said  []string
 }
 
+// start runs the test binary again with run as its -test.run pattern and
+// env added, reading what it prints; with await, its stdin is the pipe
+// the go-ahead goes through.
 func start(t testing.TB, run string, env []string, await bool) *child {
 	t.Helper()
 	c := &child{cmd: exec.Command(os.Args[0], "-test.run="+run), lines: make(chan string, 16)}

@@ -35,7 +35,7 @@ func StartInjector(t testing.TB, run string, env ...string) *exec.Cmd {
 	r := bufio.NewReader(out)
 	line, err := r.ReadString('\n')
 	for err == nil && strings.TrimSpace(line) == StartingLine {
-		line, err = r.ReadString('\n') // a child that also serves KillAt
+		line, err = r.ReadString('\n') // a child that also serves Spawner.KillAt
 	}
 	if err != nil || strings.TrimSpace(line) != InjectedLine {
 		_ = cmd.Process.Kill()
