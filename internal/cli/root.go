@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -18,14 +19,45 @@ import (
 
 // Main runs the command line and returns the process exit code: 0 on
 // success, 1 on a failed run, 2 on bad input. Errors print as one line.
+//
+// SIGINT and SIGTERM cancel the command's context: every command stops
+// on it (recovering what it injected) and one that then fails exits
+// 128+signal (130, 143), as a shell reports a process the signal killed,
+// so a script can tell an interrupted run from a failed one. A command
+// that ends cleanly on the signal (a server, --follow) exits 0.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	go func() {
+		select {
+		case s := <-sigs:
+			cancel(&signalError{s.(syscall.Signal)})
+		case <-ctx.Done():
+		}
+	}()
+	return execute(ctx, args, stdin, stdout, stderr)
+}
+
+// execute runs the command line under ctx and returns the exit code by
+// Main's rule; a ctx whose cause is a *signalError stands for a signal.
+func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	root := newRoot(stdin, stdout, stderr)
 	root.SetArgs(args)
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return 0
+	}
+	var se *signalError
+	if errors.As(context.Cause(ctx), &se) && (errors.Is(err, context.Canceled) || errors.As(err, new(*signalError))) {
+		msg := strings.ReplaceAll(oneLine(err.Error()), context.Canceled.Error(), se.Error())
+		if !strings.Contains(msg, se.Error()) {
+			msg += " (" + se.Error() + ")"
+		}
+		fmt.Fprintf(stderr, "gpuchaos: %s\n", msg)
+		return 128 + int(se.sig)
 	}
 	fmt.Fprintf(stderr, "gpuchaos: %s\n", oneLine(err.Error()))
 	var ee *exitError
@@ -33,6 +65,21 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		return ee.code
 	}
 	return 2
+}
+
+// signalError is the cause of a context cancelled by a signal.
+type signalError struct{ sig syscall.Signal }
+
+func (e *signalError) Error() string { return "stopped by " + signalName(e.sig) }
+
+func signalName(s syscall.Signal) string {
+	switch s {
+	case syscall.SIGINT:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
 }
 
 // exitError carries an exit code other than 2 (bad input, the default).

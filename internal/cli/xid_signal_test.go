@@ -54,13 +54,13 @@ func TestParseStopsOnSignal(t *testing.T) {
 		stderr string
 	}{
 		{name: "xid parse - on SIGINT", args: []string{"xid", "parse", "-"}, stdin: xidLine + "\n", ready: marker, sig: syscall.SIGINT,
-			code: 1, stderr: "gpuchaos: parse standard input: stopped after 1 line: interrupt signal received\n"},
+			code: 130, stderr: "gpuchaos: parse standard input: stopped after 1 line: stopped by SIGINT\n"},
 		{name: "xid parse - on SIGTERM", args: []string{"xid", "parse", "-"}, stdin: xidLine + "\n", ready: marker, sig: syscall.SIGTERM,
-			code: 1, stderr: "gpuchaos: parse standard input: stopped after 1 line: terminated signal received\n"},
+			code: 143, stderr: "gpuchaos: parse standard input: stopped after 1 line: stopped by SIGTERM\n"},
 		{name: "topo parse - on SIGINT", args: []string{"topo", "parse", "-"}, stdin: topoH200[:40], sig: syscall.SIGINT,
-			code: 1, stderr: "gpuchaos: parse standard input: stopped before the input ended: interrupt signal received\n"},
+			code: 130, stderr: "gpuchaos: parse standard input: stopped before the input ended: stopped by SIGINT\n"},
 		{name: "topo parse - on SIGTERM", args: []string{"topo", "parse", "-"}, stdin: topoH200[:40], sig: syscall.SIGTERM,
-			code: 1, stderr: "gpuchaos: parse standard input: stopped before the input ended: terminated signal received\n"},
+			code: 143, stderr: "gpuchaos: parse standard input: stopped before the input ended: stopped by SIGTERM\n"},
 		{name: "xid parse --follow /dev/kmsg on SIGINT", args: []string{"xid", "parse", "--follow", kmsg.DefaultPath}, kmsg: true, ready: marker, sig: syscall.SIGINT},
 		{name: "xid parse --follow /dev/kmsg on SIGTERM", args: []string{"xid", "parse", "--follow", kmsg.DefaultPath}, kmsg: true, ready: marker, sig: syscall.SIGTERM},
 	}
