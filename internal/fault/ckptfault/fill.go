@@ -36,17 +36,23 @@ func freeBytes(dir string) (free, block int64, err error) {
 }
 
 // fill allocates the filler so that about free bytes stay free.
+//
+// The filler is made nameless (O_TMPFILE), recorded by its reference,
+// filled, and only then linked under its name: a crash before the record
+// leaves nothing (the kernel frees a nameless inode with its last holder),
+// and every record names the inode that may hold space. Where the
+// filesystem has no O_TMPFILE the filler is created by name after a
+// record without a reference, and a crash between the two records leaves
+// an empty filler that only its name finds.
 func (in *Injector) fill(ctx context.Context, key string, st state, v catalog.Values) (err error) {
 	st.Free = v.Int("free")
 	if st.Free < 0 {
 		return fmt.Errorf("free %d bytes is negative", st.Free)
 	}
 	st.File = filepath.Join(st.Dir, fillerPrefix+in.dir.Name(key))
-	if err := in.dir.Write(key, st); err != nil {
-		return fmt.Errorf("record before acting: %w", err)
-	}
+	recorded := false
 	defer func() {
-		if err == nil {
+		if err == nil || !recorded {
 			return
 		}
 		if _, rerr := removeFiller(st); rerr != nil {
@@ -57,21 +63,44 @@ func (in *Injector) fill(ctx context.Context, key string, st state, v catalog.Va
 			err = fmt.Errorf("%w (record not removed: %w)", err, rerr)
 		}
 	}()
-	// O_NOFOLLOW and O_EXCL: the filler is a new regular file in the
-	// directory itself, never something a symlink planted there names.
-	f, err := os.OpenFile(st.File, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	f, err := os.OpenFile(st.Dir, os.O_WRONLY|unix.O_TMPFILE, 0o600)
+	named := errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EINVAL)
+	if named {
+		if err := in.dir.Write(key, st); err != nil {
+			return fmt.Errorf("record before acting: %w", err)
+		}
+		recorded = true
+		// O_NOFOLLOW and O_EXCL: the filler is a new regular file in the
+		// directory itself, never something a symlink planted there names.
+		f, err = os.OpenFile(st.File, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+	}
 	if err != nil {
 		return fmt.Errorf("create the filler: %w", err)
 	}
 	defer f.Close()
-	// The reference is recorded before the first byte is allocated, so a
-	// record without one proves the filler never took space.
 	if st.Ref, err = refOf(f); err != nil {
 		return err
 	}
 	if err := in.dir.Write(key, st); err != nil {
-		return fmt.Errorf("record the filler: %w", err)
+		return fmt.Errorf("record the filler before it takes space: %w", err)
 	}
+	recorded = true
+	if err := in.allocate(ctx, key, st, f); err != nil {
+		return err
+	}
+	if named {
+		return nil
+	}
+	// linkat refuses a name that exists, a symlink planted there included,
+	// as O_EXCL would.
+	if err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), unix.AT_FDCWD, st.File, unix.AT_SYMLINK_FOLLOW); err != nil {
+		return fmt.Errorf("name the filler %s: %w", st.File, err)
+	}
+	return nil
+}
+
+// allocate grows the filler f until about st.Free bytes stay free.
+func (in *Injector) allocate(ctx context.Context, key string, st state, f *os.File) error {
 	var size int64
 	for attempt := 0; attempt < 64; attempt++ {
 		if err := ctx.Err(); err != nil {
@@ -108,11 +137,13 @@ func (in *Injector) fill(ctx context.Context, key string, st state, v catalog.Va
 }
 
 // removeFiller deletes the filler, wherever it lives now (openRef: at
-// its path, renamed, moved, deleted but held open): emptied first, so its
-// space is free whatever becomes of its name, then unlinked. It returns a
-// proof instead when the filler is gone without it: its inode freed. A
-// record without a reference was written before the filler took any
-// space: the file at its path, if any, is removed, and none is success.
+// its path, renamed, moved, deleted but held open, never named): emptied
+// first, so its space is free whatever becomes of its name, then
+// unlinked. It returns a proof instead when the filler is gone without
+// it: its inode freed. A record without a reference was written before
+// a named filler (no O_TMPFILE) was created: the file at its path, if
+// any, is removed, and none there cannot tell an injection stopped before
+// it created the filler from an empty filler moved since.
 func removeFiller(st state) (proof string, err error) {
 	if st.Ref == nil {
 		err := os.Remove(st.File)
@@ -121,10 +152,12 @@ func removeFiller(st state) (proof string, err error) {
 			return "", nil
 		case !errors.Is(err, os.ErrNotExist):
 			return "", fmt.Errorf("remove the filler: %w", err)
-		case st.Version >= 2:
-			return "", nil // the injection stopped before it created the filler
 		}
-		return "", fmt.Errorf("no filler at %s, and a version %d record names no inode to look for it elsewhere: %w", st.File, st.Version, fault.ErrUnproven)
+		if st.Version < 2 {
+			return "", fmt.Errorf("no filler at %s, and a version 1 record names no inode to look for it elsewhere: the filler, and the space it takes, may be left: %w", st.File, fault.ErrUnproven)
+		}
+		return "", fmt.Errorf("no filler at %s, and the injection stopped before it recorded the filler's inode: an empty %s* file may be left elsewhere: %w",
+			st.File, fillerPrefix, fault.ErrUnproven)
 	}
 	f, where, err := openRef(st.Ref, st.File, st.Dir, os.O_WRONLY)
 	if errors.Is(err, errFreed) {

@@ -139,6 +139,14 @@ func start(t *testing.T, role, job, dir string, extra ...string) *proc {
 	if pr.p, err = procfind.Identify(pr.cmd.Process.Pid); err != nil {
 		t.Fatal(err)
 	}
+	// Until the exec, /proc shows the parent's environment, in which no
+	// rank of the job is seen.
+	environ := fmt.Sprintf("/proc/%d/environ", pr.p.PID)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if b, _ := os.ReadFile(environ); strings.Contains(string(b), roleEnv+"="+role+"\x00") || time.Now().After(deadline) {
+			break
+		}
+	}
 	return pr
 }
 

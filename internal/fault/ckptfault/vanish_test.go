@@ -265,10 +265,18 @@ func TestFillRecoverWhereverTheFillerWent(t *testing.T) {
 				must(t, unix.Unmount(mnt, unix.MNT_DETACH))
 				return func() { f.Close() }
 			}},
-		{name: "killed before the filler existed", want: wantRecovered,
-			vanish: func(t *testing.T, in *Injector, _, _, filler string) func() {
+		{name: "without O_TMPFILE, killed before the filler was recorded, its path empty", want: wantPending, proof: "may be left",
+			vanish: func(t *testing.T, in *Injector, _, dir, filler string) func() {
+				// Nothing at its path: never created, or created empty and
+				// moved since, which the record cannot tell apart.
 				editRecord(t, in, "k", func(st *state) { st.Ref = nil })
-				must(t, os.Remove(filler))
+				to := filepath.Join(dir, "moved.bin")
+				must(t, os.Rename(filler, to))
+				return func() { os.Remove(to) }
+			}},
+		{name: "without O_TMPFILE, killed before the filler was recorded", want: wantRecovered,
+			vanish: func(t *testing.T, in *Injector, _, _, _ string) func() {
+				editRecord(t, in, "k", func(st *state) { st.Ref = nil })
 				return nil
 			}},
 		{name: "version 1 record, filler moved", want: wantPending, proof: "version 1 record names no inode",
