@@ -139,13 +139,19 @@ func prepare(set *rules.Set, optIn []string) *ruleSet {
 // first firing for an injected target while the fault was in, pass within
 // the deadline, late after it, error when already firing at injection.
 func ruleCells(ctx context.Context, eng *promql.Engine, set *ruleSet, tw *twin.Twin, start time.Time, rec *engine.Record, window, deadline time.Duration, faultID string) (map[string]Cell, error) {
-	res, err := promeval.Evaluate(ctx, set.live, tw, start, tw.Now(), promeval.Options{Engine: eng})
+	// Nothing after the window counts, so the recovery watch after it,
+	// a fifth of the span, is not evaluated.
+	end := rec.InjectedAt.Add(window)
+	evalEnd := tw.Now()
+	if !rec.InjectedAt.IsZero() && end.After(start) && end.Before(evalEnd) {
+		evalEnd = end
+	}
+	res, err := promeval.Evaluate(ctx, set.live, tw, start, evalEnd, promeval.Options{Engine: eng})
 	if err != nil {
 		return nil, fmt.Errorf("evaluate rules: %w", err)
 	}
 	concerns := func(ls twin.Labels) bool { return rec.Plan.Concerns(probe.SubjectFromLabels(ls)) }
 	cells := make(map[string]Cell, len(set.cols))
-	end := rec.InjectedAt.Add(window)
 	for _, d := range set.cols {
 		if d.rule == nil {
 			continue

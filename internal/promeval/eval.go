@@ -430,8 +430,12 @@ func topoOrder(rs []*ruleState) ([]*ruleState, bool) {
 	return out, cycle
 }
 
-// advance runs every evaluation at or before to that has not run yet.
+// advance runs every evaluation at or before to that has not run yet. The
+// Source must not change while it runs.
 func (e *evaluator) advance(ctx context.Context, to time.Time) error {
+	e.st.refresh()
+	e.st.pinned = true
+	defer func() { e.st.pinned = false }()
 	toMs := to.UnixMilli()
 	if e.stepped || e.stepByStep {
 		return e.advanceStepped(ctx, toMs)
