@@ -1,0 +1,53 @@
+package coverage
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/gpuchaos/gpuchaos/internal/rules"
+)
+
+// TestPrepareEvaluatesOnlyRulesThatCanFire: a rule that reads an opt-in
+// counter left off, a metric no exporter produces, or a record that never
+// produces a series is a column and a report like any other, but is left
+// out of the evaluation, so it costs nothing per fault (issue 12).
+func TestPrepareEvaluatesOnlyRulesThatCanFire(t *testing.T) {
+	t.Parallel()
+	set, err := rules.Load([]byte(`groups:
+- name: g
+  rules:
+  - {alert: Hot, expr: DCGM_FI_DEV_GPU_TEMP > 85}
+  - {alert: Dbe, expr: "increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[5m]) > 0"}
+  - {alert: Elsewhere, expr: nvidia_gpu_temperature > 85}
+  - {record: "gpu:elsewhere:max", expr: max(nvidia_gpu_temperature)}
+  - {alert: ElsewhereRecorded, expr: "gpu:elsewhere:max > 85"}
+  - {alert: Either, expr: nvidia_gpu_temperature > 85 or DCGM_FI_DEV_GPU_TEMP > 85}
+`), "g.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		optIn []string
+		live  []string
+	}{
+		{"default counters", nil, []string{"Hot", "Either"}},
+		{"the ECC counter enabled", []string{"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"}, []string{"Hot", "Dbe", "Either"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			rs := prepare(set, tt.optIn)
+			var live []string
+			for _, r := range rs.live.Rules {
+				live = append(live, r.Name)
+			}
+			if !slices.Equal(live, tt.live) {
+				t.Errorf("evaluated %v, want %v", live, tt.live)
+			}
+			if len(rs.cols) != 5 || len(rs.reports) != 6 {
+				t.Errorf("%d columns and %d reports, want every alert (5) and every rule (6)", len(rs.cols), len(rs.reports))
+			}
+		})
+	}
+}
