@@ -135,7 +135,10 @@ func (l *File) replay() (int64, error) {
 	r := bufio.NewReader(f)
 	var whole int64
 	for n := 1; ; n++ {
-		line, err := r.ReadBytes('\n')
+		line, err := readLine(r)
+		if errors.Is(err, errLongLine) {
+			return 0, fmt.Errorf("ledger %s: line %d is longer than %d KiB; an entry is under 1 KiB, so the file is not a ledger or is damaged", l.path, n, maxLine>>10)
+		}
 		if len(line) > 0 && line[len(line)-1] == '\n' {
 			var o op
 			if jerr := json.Unmarshal(line, &o); jerr != nil {
@@ -154,6 +157,29 @@ func (l *File) replay() (int64, error) {
 		}
 		if err != nil {
 			return 0, fmt.Errorf("read ledger %s: line %d: %w", l.path, n, err)
+		}
+	}
+}
+
+// maxLine bounds one journal line. An entry is a few hundred bytes; a
+// line past this is damage, and buffering it would let a corrupt file
+// fill memory before the next start could recover anything.
+const maxLine = 1 << 20
+
+var errLongLine = errors.New("line too long")
+
+// readLine reads up to and including the next newline, or what is left at
+// EOF, failing with errLongLine past maxLine bytes.
+func readLine(r *bufio.Reader) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if len(line)+len(chunk) > maxLine {
+			return nil, errLongLine
+		}
+		line = append(line, chunk...)
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, err
 		}
 	}
 }

@@ -238,6 +238,8 @@ func TestFileCorruptLine(t *testing.T) {
 		{"complete last line that is not JSON", "{\"op\":\"record\",\"entry\":{\"key\":\"a\"}}\n{\"op\":\n", 2},
 		{"blank line", "{\"op\":\"record\",\"entry\":{\"key\":\"a\"}}\n\n{\"op\":\"done\",\"key\":\"a\"}\n", 2},
 		{"wrong type", "[1,2]\n", 1},
+		{"a line past the limit", "{\"op\":\"record\",\"entry\":{\"key\":\"a\"}}\n" + strings.Repeat("x", 2<<20) + "\n", 2},
+		{"an endless last line", strings.Repeat("y", 3<<20), 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

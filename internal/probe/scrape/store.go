@@ -205,12 +205,46 @@ func Fetch(ctx context.Context, client *http.Client, u string) (map[string]*dto.
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s: %s", u, resp.Status)
 	}
-	fams, err := Parse(resp.Body)
+	// A page that never ends (a broken exporter, a wrong URL serving a
+	// stream) must not fill memory: stop past the limit and say so.
+	body := &limitedBody{r: resp.Body, left: MaxPageBytes + 1}
+	fams, err := Parse(body)
+	if body.over {
+		return nil, fmt.Errorf("%s: page larger than the limit of %d MiB", u, MaxPageBytes>>20)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", u, err)
 	}
 	return fams, nil
 }
+
+// MaxPageBytes bounds one scraped page. dcgm-exporter's page for eight
+// GPUs with every counter is about 200 KiB; a node agent's with several
+// jobs' ranks stays well under a MiB.
+const MaxPageBytes = 64 << 20
+
+// limitedBody reads at most left bytes and then fails, noting it, so the
+// parser stops instead of reading on.
+type limitedBody struct {
+	r    io.Reader
+	left int64
+	over bool
+}
+
+func (l *limitedBody) Read(p []byte) (int, error) {
+	if l.left <= 0 {
+		l.over = true
+		return 0, errPageTooLarge
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
+}
+
+var errPageTooLarge = errors.New("page too large")
 
 // Parse reads a text exposition.
 func Parse(r io.Reader) (map[string]*dto.MetricFamily, error) {

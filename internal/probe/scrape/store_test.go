@@ -1,6 +1,7 @@
 package scrape
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -340,5 +341,24 @@ func TestHungPage(t *testing.T) {
 		if len(got) != 1 || got[0] != 7 {
 			t.Errorf("pages %v: stored %v, want the answering page's 7", order, got)
 		}
+	}
+}
+
+// TestEndlessPage: a page that never ends is refused once it passes the
+// limit, naming the page and the limit, instead of filling memory.
+func TestEndlessPage(t *testing.T) {
+	t.Parallel()
+	line := []byte("# a comment the parser skips\n")
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for r.Context().Err() == nil {
+			if _, err := w.Write(bytes.Repeat(line, 4096)); err != nil {
+				return
+			}
+		}
+	}))
+	defer srv.Close()
+	_, err := Fetch(context.Background(), srv.Client(), srv.URL)
+	if err == nil || !strings.Contains(err.Error(), srv.URL) || !strings.Contains(err.Error(), "larger than the limit of 64 MiB") {
+		t.Fatalf("fetch of an endless page: %v, want the limit named", err)
 	}
 }

@@ -16,9 +16,19 @@ import (
 // every rate finite and not negative; errors name the file and, where there
 // is one, the class or line.
 func LoadRates(path string) (map[string]float64, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read rates file: %w", err)
+	}
+	defer f.Close()
+	// A rates file names a dozen classes; reading stops past the limit so
+	// a device or a pipe (/dev/zero) cannot fill memory.
+	data, err := io.ReadAll(io.LimitReader(f, MaxRatesFileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read rates file: %w", err)
+	}
+	if len(data) > MaxRatesFileBytes {
+		return nil, fmt.Errorf("rates file %s: larger than the limit of %d KiB", path, MaxRatesFileBytes>>10)
 	}
 	rates, err := ParseRates(data)
 	if err != nil {
@@ -29,6 +39,9 @@ func LoadRates(path string) (map[string]float64, error) {
 	}
 	return rates, nil
 }
+
+// MaxRatesFileBytes bounds a rates file.
+const MaxRatesFileBytes = 64 << 10
 
 // errNoEntries is returned for a file that parses but names no class, which
 // is more likely a mistake than a wish to change nothing.

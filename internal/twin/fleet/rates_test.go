@@ -96,6 +96,7 @@ func TestLoadRates(t *testing.T) {
 			wantErr: []string{"big.yaml", `class "faulty-gpu"`, "over the limit of 1"}},
 		{name: "NaN rate", path: write("nan.yaml", "hbm3: .nan\n"), wantErr: []string{"nan.yaml", `class "hbm3"`, "not a finite number"}},
 		{name: "missing file", path: filepath.Join(dir, "absent.yaml"), wantErr: []string{"absent.yaml", "read rates file"}},
+		{name: "endless file", path: "/dev/zero", wantErr: []string{"/dev/zero", "larger than the limit of 64 KiB"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
