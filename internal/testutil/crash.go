@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -142,6 +143,61 @@ func (s *Spawner) KillAt(t testing.TB, d time.Duration, env ...string) (injected
 	c := s.next[0]
 	s.next = append(s.next[1:], start(t, s.run, s.env, true))
 	return c.killAt(t, d, env)
+}
+
+// Settle waits until no process that a killed child forked is still
+// between its fork and its exec: until the exec such a process shows the
+// child's environment, not its own, so nothing can tell what it will
+// become. A test calls it before recovering after a kill that may have
+// caught a child starting a process without Pdeathsig (which would have
+// ended it), so that recovery looks at processes that are what they will
+// be. It fails the test after 10 s.
+func (s *Spawner) Settle(t testing.TB) {
+	t.Helper()
+	marker := []byte(goEnv + "=1\x00")
+	cmdline := []byte(os.Args[0] + "\x00-test.run=" + s.run + "\x00")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		forking := forkedUnexeced(marker, cmdline)
+		if len(forking) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pids %v forked by a killed child have not exec'd within 10 s", forking)
+		}
+	}
+}
+
+// forkedUnexeced lists the live processes that look like a Spawner's
+// child (marker in their environment, its command line) but whose parent
+// is not this process: forks of a child that died, not exec'd yet. What
+// they exec has another command line.
+func forkedUnexeced(marker, cmdline []byte) []int {
+	ents, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		cmd, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil || !bytes.Equal(cmd, cmdline) {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || !bytes.Contains(env, marker) {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// Fields after the command name: state, then the parent's pid.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		if len(f) > 1 && f[0] != "Z" && f[1] != strconv.Itoa(os.Getpid()) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // child is one injecting child and what it said.

@@ -37,6 +37,9 @@ func TestRecoveryAfterSIGKILLAtRandom(t *testing.T) {
 		moment := testutil.Moment(rng, 600*time.Millisecond)
 		injected := sp.KillAt(t, moment, helperStateEnv+"="+r.stateDir, helperKeyEnv+"="+key,
 			helperNoDeathEnv+"="+noDeath, recordEnv+"="+r.recDir)
+		// A child forked without Pdeathsig just before the kill may not
+		// have exec'd yet, and cannot be told for what it will be.
+		sp.Settle(t)
 		way := "none"
 		if rng.IntN(4) == 0 {
 			way = "child exited"

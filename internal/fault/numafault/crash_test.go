@@ -59,6 +59,9 @@ func TestRecoveryAfterSIGKILLAtRandom(t *testing.T) {
 		moment := testutil.Moment(rng, max)
 		injected := sp.KillAt(t, moment, faultEnv+"="+id, stateEnv+"="+dir, keyEnv+"="+key, tagEnv+"="+tag,
 			pidEnv+"="+strconv.Itoa(rank.Process.Pid), nodesEnv+"="+nodes, pdeathEnv+"="+pdeath)
+		// A child forked without Pdeathsig just before the kill may not
+		// have exec'd yet, and cannot be told for what it will be.
+		sp.Settle(t)
 		f, m := lookup(t, id)
 		fi, err := New(f, m, Options{StateDir: dir, Exec: os.Args[0], SysNodeDir: nodes, termGrace: 2 * time.Second})
 		if err != nil {
