@@ -87,6 +87,9 @@ func (r rig) records(t *testing.T) []fakeRecord {
 	}
 	var out []fakeRecord
 	for _, e := range ents {
+		if filepath.Ext(e.Name()) != ".json" {
+			continue // a fake killed before it renamed its record into place
+		}
 		b, err := os.ReadFile(filepath.Join(r.recDir, e.Name()))
 		if err != nil {
 			t.Fatal(err)

@@ -104,8 +104,15 @@ func fakeGPUChaos(args []string) int {
 		}
 	}
 	if dir := os.Getenv(recordEnv); dir != "" {
+		// Renamed into place, so a reader never sees half a record of a
+		// fake killed while it wrote it.
 		b, _ := json.Marshal(fakeRecord{PID: os.Getpid(), Argv: args})
-		if err := os.WriteFile(filepath.Join(dir, strconv.Itoa(os.Getpid())+".json"), b, 0o600); err != nil {
+		tmp := filepath.Join(dir, strconv.Itoa(os.Getpid())+".tmp")
+		err := os.WriteFile(tmp, b, 0o600)
+		if err == nil {
+			err = os.Rename(tmp, strings.TrimSuffix(tmp, ".tmp")+".json")
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, "fake:", err)
 			return 1
 		}
