@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -118,7 +119,7 @@ func findInDir(r *fileRef, dir string, flags int, at string) (*os.File, string, 
 		if err != nil {
 			continue
 		}
-		if st, ok := info.Sys().(*unix.Stat_t); ok && st.Ino == r.Inode && st.Dev == r.Dev {
+		if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Ino == r.Inode && st.Dev == r.Dev {
 			p := filepath.Join(dir, e.Name())
 			f, err := os.OpenFile(p, flags, 0)
 			if err == nil && same(f, r) {
