@@ -549,14 +549,21 @@ func TestCPUSaturation(t *testing.T) {
 				t.Errorf("no thread pinned to cpu %d alone (masks %v)", c, masks)
 			}
 		}
-		const window = 500 * time.Millisecond
+		// What the hog is guaranteed is to spin: its CPU time grows. How
+		// much of a CPU it gets depends on the machine's other load (a
+		// share asserted here failed at load 12), so the share is only
+		// logged.
 		t0, c0 := time.Now(), cpuTicks(t, pid)
-		time.Sleep(window)
-		used := float64(cpuTicks(t, pid)-c0) / clockTicks / time.Since(t0).Seconds()
-		t.Logf("hog used %.2f cpus of the node's %d over %s", used, len(node.CPUs), window)
-		if used < 0.5 {
-			t.Errorf("hog used %.2f cpus, want at least 0.5 of the %d it spins on", used, len(node.CPUs))
+		deadline := t0.Add(30 * time.Second)
+		for cpuTicks(t, pid) == c0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the hog used no CPU time in %s: it is not spinning", time.Since(t0).Round(time.Second))
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
+		time.Sleep(500 * time.Millisecond)
+		used := float64(cpuTicks(t, pid)-c0) / clockTicks / time.Since(t0).Seconds()
+		t.Logf("hog used %.2f cpus of the node's %d", used, len(node.CPUs))
 	})
 }
 
