@@ -157,7 +157,7 @@ func writeCoverage(cmd *cobra.Command, res *coverage.Result, f format, output, t
 	var err error
 	switch f {
 	case "json":
-		err = writeJSON(w, report.NewCoverageDoc(res))
+		err = report.CoverageJSON(w, res)
 	case "junit":
 		err = report.CoverageJUnit(w, res)
 	case "html":

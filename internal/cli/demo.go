@@ -86,7 +86,7 @@ matrix is written to --html.`,
 			}
 			out := cmd.OutOrStdout()
 			if f == "json" {
-				return writeJSON(out, report.NewCoverageDoc(res))
+				return report.CoverageJSON(out, res)
 			}
 			fmt.Fprintf(out, "Twin: %s. %d faults × %d detectors, seed %d.\n\n", describe(spec), len(res.Faults), len(res.Detectors), seed)
 			if err := report.CoverageTable(out, res); err != nil {

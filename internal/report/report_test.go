@@ -342,3 +342,37 @@ func TestCoverageTable(t *testing.T) {
 		})
 	}
 }
+
+// TestCoverageJSONStreams holds the streamed document to what a json.Encoder
+// with two-space indentation writes, for a full result, an empty one and
+// one whose text holds the matrix key inside a string.
+func TestCoverageJSONStreams(t *testing.T) {
+	t.Parallel()
+	tricky := sample(t)
+	tricky.Rules = append(tricky.Rules, coverage.RuleReport{Name: "R", Reason: "\n  \"matrix\": null <&>"})
+	tests := []struct {
+		name string
+		res  *coverage.Result
+	}{
+		{"sample", sample(t)},
+		{"empty", &coverage.Result{}},
+		{"matrix key in a string", tricky},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var want, got bytes.Buffer
+			enc := json.NewEncoder(&want)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(report.NewCoverageDoc(tt.res)); err != nil {
+				t.Fatal(err)
+			}
+			if err := report.CoverageJSON(&got, tt.res); err != nil {
+				t.Fatal(err)
+			}
+			if got.String() != want.String() {
+				t.Errorf("streamed:\n%s\nwant:\n%s", got.String(), want.String())
+			}
+		})
+	}
+}
