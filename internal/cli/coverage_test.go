@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/coverage"
 )
@@ -252,4 +254,22 @@ func TestCoverageProgress(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestProgressLineInPlace: on a terminal the line is rewritten in place
+// with \r and erased at the end, so the report starts on a clean line.
+func TestProgressLineInPlace(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	p := &progressLine{w: &b, name: "coverage", inPlace: true, start: time.Now()}
+	p.report(coverage.StageFaults, 1, 2)
+	p.report(coverage.StageSuggestions, 1, 1)
+	p.end()
+	got := regexp.MustCompile(`\d+\.\d s`).ReplaceAllString(b.String(), "T s")
+	want := "\r\033[Kcoverage: 1/2 faults, T s\r\033[Kcoverage: 1/1 suggestions verified, T s\r\033[K"
+	if got != want {
+		t.Errorf("wrote %q, want %q", got, want)
+	}
+	var off *progressLine
+	off.end() // a nil line is off and must not panic
 }
