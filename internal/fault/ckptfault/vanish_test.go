@@ -24,6 +24,12 @@ const (
 	wantRecovered = "recovered"
 	wantGone      = "gone"
 	wantPending   = "pending"
+	// wantFreed: gone with the proof when the kernel has freed the inode
+	// by the time Recover looks, recovered (emptied and unlinked) while a
+	// reference it does not control still holds it for a moment (a
+	// writer's descriptor closing, a dying process): the space comes back
+	// either way, and which one is a race the test cannot fix.
+	wantFreed = "freed"
 )
 
 // checkOutcome checks Recover's error against want: nil, gone with proof
@@ -36,6 +42,10 @@ func checkOutcome(t *testing.T, in *Injector, key string, err error, want, proof
 	case wantRecovered:
 		if err != nil {
 			t.Fatalf("Recover = %v, want success", err)
+		}
+	case wantFreed:
+		if err != nil && (!errors.Is(err, fault.ErrTargetGone) || errors.Is(err, fault.ErrUnproven) || !strings.Contains(err.Error(), proof)) {
+			t.Fatalf("Recover = %v, want success or ErrTargetGone with %q", err, proof)
 		}
 	case wantGone:
 		if !errors.Is(err, fault.ErrTargetGone) || errors.Is(err, fault.ErrUnproven) || !strings.Contains(err.Error(), proof) {
@@ -134,7 +144,7 @@ func TestCorruptRecoverWhereverTheCheckpointWent(t *testing.T) {
 				t.Cleanup(func() { os.RemoveAll(to) })
 				return filepath.Join(to, filepath.Base(file))
 			}},
-		{name: "directory removed", want: wantGone, proof: "no longer exists",
+		{name: "directory removed", want: wantFreed, proof: "no longer exists",
 			vanish: func(t *testing.T, _ *Injector, dir, _ string) string { must(t, os.RemoveAll(dir)); return "" }},
 		{name: "replaced by a new checkpoint", want: wantGone, proof: "no longer exists",
 			vanish: func(t *testing.T, _ *Injector, _, file string) string {
@@ -235,7 +245,7 @@ func TestFillRecoverWhereverTheFillerWent(t *testing.T) {
 	}{
 		{name: "left where it was", want: wantRecovered,
 			vanish: func(*testing.T, *Injector, string, string, string) func() { return nil }},
-		{name: "deleted", want: wantGone, proof: "no longer exists",
+		{name: "deleted", want: wantFreed, proof: "no longer exists",
 			vanish: func(t *testing.T, _ *Injector, _, _, filler string) func() { must(t, os.Remove(filler)); return nil }},
 		{name: "renamed", want: wantRecovered,
 			vanish: func(t *testing.T, _ *Injector, _, dir, filler string) func() {
@@ -255,7 +265,7 @@ func TestFillRecoverWhereverTheFillerWent(t *testing.T) {
 				must(t, os.Remove(filler))
 				return func() { f.Close() }
 			}},
-		{name: "directory removed", want: wantGone, proof: "no longer exists",
+		{name: "directory removed", want: wantFreed, proof: "no longer exists",
 			vanish: func(t *testing.T, _ *Injector, _, dir, _ string) func() { must(t, os.RemoveAll(dir)); return nil }},
 		{name: "filesystem unmounted", want: wantPending, proof: "is mounted at neither",
 			vanish: func(t *testing.T, _ *Injector, mnt, _, filler string) func() {
