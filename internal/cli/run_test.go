@@ -180,10 +180,11 @@ func TestRunLocalWithoutGPU(t *testing.T) {
 	}
 }
 
-// TestMisplacedFiles: the two YAML files gpuchaos reads, each passed where
-// the other belongs, and a local experiment run on the twin: one line that
-// says what to do instead, exit 2.
-func TestMisplacedFiles(t *testing.T) {
+// TestRefusalsSayWhatToDo: the two YAML files gpuchaos reads, each passed
+// where the other belongs, an endless file, a local experiment run on the
+// twin, a warm-up out of bounds: one line that names the flag or says what
+// to do instead, exit 2.
+func TestRefusalsSayWhatToDo(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name string
@@ -194,6 +195,8 @@ func TestMisplacedFiles(t *testing.T) {
 		{"experiment as demo's cluster", []string{"demo", "--cluster", "../../examples/thermal-throttle.yaml"}, "--cluster: ../../examples/thermal-throttle.yaml has kind: Experiment, not a twin cluster spec: run it with 'gpuchaos run ../../examples/thermal-throttle.yaml'"},
 		{"experiment as run's cluster", []string{"run", "../../examples/thermal-throttle.yaml", "--cluster", "../../examples/thermal-throttle.yaml"}, "has kind: Experiment, not a twin cluster spec"},
 		{"an endless cluster spec", []string{"demo", "--cluster", "/dev/zero"}, "--cluster: load cluster spec: /dev/zero: larger than the limit"},
+		{"a negative warm-up", []string{"run", "../../examples/thermal-throttle.yaml", "--warmup", "-5m"}, "--warmup: must not be negative, got -5m0s"},
+		{"a warm-up past the limit", []string{"run", "../../examples/thermal-throttle.yaml", "--warmup", "100000h"}, "--warmup: at most 24h0m0s, got 100000h0m0s"},
 		{"local experiment on the twin", []string{"run", "../../examples/local/sm-burn.yaml"}, `"burn" of exhaustion.sm-burn runs on target local or k8s, not twin: use --target local`},
 	}
 	for _, tt := range tests {
