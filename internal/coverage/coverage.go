@@ -274,7 +274,12 @@ type runner struct {
 }
 
 func newTwin(opts Options) (*twin.Twin, error) {
-	return twin.New(twin.Options{Spec: opts.Spec, Seed: opts.Seed})
+	// Rules are evaluated over the whole of each twin's span, from its
+	// start (a rule's [1h] window and its for: state reach back that
+	// far), and each span is short (warm-up, window, recovery; the clean
+	// hour): keep all of it rather than the default retention, which the
+	// clean hour's 80 minutes would outrun.
+	return twin.New(twin.Options{Spec: opts.Spec, Seed: opts.Seed, Retention: -1})
 }
 
 // selectorFor aims a fault at one representative object of its scope: GPU 3

@@ -1,8 +1,10 @@
 package coverage
 
 import (
+	"github.com/gpuchaos/gpuchaos/internal/twin"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/rules"
 )
@@ -49,5 +51,28 @@ func TestPrepareEvaluatesOnlyRulesThatCanFire(t *testing.T) {
 				t.Errorf("%d columns and %d reports, want every alert (5) and every rule (6)", len(rs.cols), len(rs.reports))
 			}
 		})
+	}
+}
+
+// TestCoverageTwinKeepsItsWholeSpan: the clean hour vets a suggestion over
+// warm-up plus an hour, evaluated from the twin's start, which outruns the
+// twin's default retention; the coverage twin keeps its first samples.
+func TestCoverageTwinKeepsItsWholeSpan(t *testing.T) {
+	t.Parallel()
+	opts := Options{Spec: twin.Default(), Seed: 1}
+	tw, err := newTwin(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := tw.Now()
+	if err := tw.Sleep(t.Context(), 20*time.Minute+cleanHour); err != nil {
+		t.Fatal(err)
+	}
+	s := tw.Select("DCGM_FI_DEV_GPU_TEMP")
+	if len(s) == 0 || len(s[0].Samples) == 0 {
+		t.Fatal("no temperature series")
+	}
+	if first := time.UnixMilli(s[0].Samples[0].T); first.Sub(start) > time.Minute {
+		t.Errorf("the oldest sample is %s after the start, want the start kept", first.Sub(start))
 	}
 }
