@@ -65,9 +65,9 @@ report is written in full first): missed (a fault no detector noticed
 within the deadline, the JUnit report's failed cases), never-fires (a rule
 the analysis says can never fire) or noisy (a detector that fired on the
 fault-free twin).`,
-		Example: `  gpuchaos coverage --rules alerts/gpu.yaml
+		Example: `  gpuchaos coverage --rules examples/rules/gpu-alerts.yaml
   gpuchaos coverage --rules pack:typical --faults hardware,numa
-  gpuchaos coverage --rules prometheusrule.yaml --format junit --fail-on missed,noisy > coverage.xml
+  gpuchaos coverage --rules examples/rules/gpu-prometheusrule.yaml --format junit --fail-on missed,noisy > coverage.xml
   gpuchaos coverage --rules pack:typical --format html -o coverage.html`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -43,6 +43,34 @@ func gpuchaosLines(where, text string) []exampleLine {
 	return out
 }
 
+// shellBlocks returns the fenced code blocks of a Markdown text whose info
+// string is a shell's (sh, bash, console) or empty, fence by fence: a
+// pattern over the whole text would pair one block's closing fence with
+// the next one's opening.
+func shellBlocks(md string) []string {
+	var (
+		out  []string
+		cur  []string
+		in   bool
+		keep bool
+	)
+	for _, line := range strings.Split(md, "\n") {
+		info, fence := strings.CutPrefix(strings.TrimSpace(line), "```")
+		switch {
+		case fence && !in:
+			in, keep, cur = true, info == "" || info == "sh" || info == "bash" || info == "console", nil
+		case fence && in:
+			if keep {
+				out = append(out, strings.Join(cur, "\n"))
+			}
+			in = false
+		case in:
+			cur = append(cur, line)
+		}
+	}
+	return out
+}
+
 func walkCommands(c *cobra.Command, fn func(*cobra.Command)) {
 	fn(c)
 	for _, s := range c.Commands() {
@@ -68,17 +96,19 @@ func TestExamplesExist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range regexp.MustCompile("(?s)```(?:sh|console|bash)?\n(.*?)```").FindAllStringSubmatch(string(readme), -1) {
-		lines = append(lines, gpuchaosLines("README.md", m[1])...)
+	for _, block := range shellBlocks(string(readme)) {
+		lines = append(lines, gpuchaosLines("README.md", block)...)
 	}
 	if len(lines) < 40 {
 		t.Fatalf("found only %d example lines; the walker lost some", len(lines))
 	}
 	for _, l := range lines {
-		for _, a := range l.args {
-			if repoPath.MatchString(a) {
-				if _, err := os.Stat(filepath.Join("../..", a)); err != nil {
-					t.Errorf("%s: gpuchaos %s: %v", l.where, strings.Join(l.args, " "), err)
+		for _, arg := range l.args {
+			for _, a := range strings.Split(arg, ",") {
+				if repoPath.MatchString(a) {
+					if _, err := os.Stat(filepath.Join("../..", a)); err != nil {
+						t.Errorf("%s: gpuchaos %s: %v", l.where, strings.Join(l.args, " "), err)
+					}
 				}
 			}
 		}
@@ -97,7 +127,9 @@ func TestExamplesExist(t *testing.T) {
 		}
 	}
 	// Run, from the repository root's point of view, what the twin alone
-	// can run: experiments on the twin, the catalogue, the XID table.
+	// can run: experiments on the twin, coverage of the example rules and
+	// packs, fleet simulations, the catalogue, the XID table, a captured
+	// topology.
 	for _, l := range lines {
 		if !runnable(l.args) {
 			continue
@@ -106,6 +138,16 @@ func TestExamplesExist(t *testing.T) {
 		for i, a := range args {
 			if repoPath.MatchString(a) {
 				args[i] = filepath.Join("../..", a)
+			}
+			if strings.Contains(a, ",examples/") {
+				// a comma-separated list of repository files
+				parts := strings.Split(a, ",")
+				for j, p := range parts {
+					if repoPath.MatchString(p) {
+						parts[j] = filepath.Join("../..", p)
+					}
+				}
+				args[i] = strings.Join(parts, ",")
 			}
 			if i > 0 && (args[i-1] == "--record" || args[i-1] == "-o") {
 				args[i] = filepath.Join(t.TempDir(), filepath.Base(a))
@@ -137,10 +179,14 @@ func runnable(args []string) bool {
 		}
 	}
 	switch args[0] {
-	case "run", "faults":
+	case "run", "faults", "coverage":
 		return true
 	case "xid":
 		return len(args) > 1 && args[1] == "codes"
+	case "twin":
+		return len(args) > 1 && args[1] == "simulate"
+	case "topo":
+		return len(args) > 2 && repoPath.MatchString(args[2])
 	}
 	return false
 }

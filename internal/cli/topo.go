@@ -41,7 +41,7 @@ ANSI colour escapes, tabs turned into spaces and the legend after the
 matrix are all fine. Malformed input fails with the line at fault, and
 input over 1 MiB is refused (nvidia-smi topo -m prints a few KiB).`,
 		Example: `  nvidia-smi topo -m | gpuchaos topo parse
-  gpuchaos topo parse topo.txt --format table
+  gpuchaos topo parse internal/topo/testdata/h200x2-real.txt --format table
   nvidia-smi topo -m | gpuchaos topo parse - | jq '.links'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -75,7 +75,7 @@ GPU-hours by cause, and Young's checkpoint interval √(2 · stall · MTBF).
 The same --seed gives the same run.`,
 		Example: `  gpuchaos twin simulate --gpus 16384 --days 54
   gpuchaos twin simulate --gpus 65536 --days 30 --checkpoint-interval 15m --async
-  gpuchaos twin simulate --gpus 16384 --days 30 --rates rates.yaml --format json | jq .ettr`,
+  gpuchaos twin simulate --gpus 16384 --days 30 --rates examples/twin/rates.yaml --format json | jq .ettr`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			opts, err := fl.options()
