@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault/netfault"
 	nf "github.com/gpuchaos/gpuchaos/internal/netfault"
 	nt "github.com/gpuchaos/gpuchaos/internal/netfault/netnstest"
@@ -29,24 +28,7 @@ func TestCrashHelper(t *testing.T) {
 		t.Skip("helper process for TestRecoveryAfterSIGKILLAtRandom")
 	}
 	testutil.Starting()
-	var s childSpec
-	if err := json.Unmarshal([]byte(os.Getenv(childEnv)), &s); err != nil {
-		fmt.Println("bad spec:", err)
-		os.Exit(2)
-	}
-	f, _ := catalog.Lookup(s.Fault)
-	in, err := netfault.New(f, s.Mechanism, s.Dir)
-	if err == nil {
-		var v catalog.Values
-		if v, err = f.Resolve(s.Raw); err == nil {
-			err = in.Inject(context.Background(), s.Key, node, v)
-		}
-	}
-	if err != nil {
-		fmt.Println("inject:", err)
-		os.Exit(2)
-	}
-	testutil.Injected()
+	injectAsChild(os.Getenv(childEnv))
 }
 
 // crashNet is a fixture for the property test: the process the fault

@@ -274,6 +274,12 @@ func TestHelperProcess(t *testing.T) {
 	if raw == "" {
 		t.Skip("helper process for TestRecoverAfterSIGKILL")
 	}
+	injectAsChild(raw)
+}
+
+// injectAsChild is a crash child's work: inject the childSpec in raw, say
+// so on stdout and wait to be killed; any failure exits 2 saying why.
+func injectAsChild(raw string) {
 	var s childSpec
 	if err := json.Unmarshal([]byte(raw), &s); err != nil {
 		fmt.Println("bad spec:", err)
