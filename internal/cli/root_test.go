@@ -24,6 +24,8 @@ func TestStoppedBySignal(t *testing.T) {
 		{"coverage on SIGTERM", syscall.SIGTERM, []string{"coverage", "--rules", "pack:typical"}, 143, "stopped by SIGTERM\n"},
 		{"run on the twin on SIGTERM", syscall.SIGTERM, []string{"run", "../../examples/thermal-throttle.yaml"}, 143, "stopped by SIGTERM\n"},
 		{"twin serve ends cleanly", syscall.SIGINT, []string{"twin", "serve", "--listen", "127.0.0.1:0", "--warmup", "0s"}, 0, ""},
+		{"the agent while its twin warms up", syscall.SIGTERM, []string{"agent", "--twin", "--listen", "127.0.0.1:0"}, 143, "stopped by SIGTERM\n"},
+		{"the largest fleet simulation", syscall.SIGINT, []string{"twin", "simulate", "--gpus", "1048576", "--days", "900"}, 130, "stopped by SIGINT\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
