@@ -220,3 +220,41 @@ func snapshotThrough(t *testing.T, ns netns.NsHandle) netfault.Snapshot {
 	}
 	return s
 }
+
+// TestRunEndingWithPendingNamesThem: the namespace a run partitioned
+// vanishes while the fault is in. Its own recovery at the end says gone
+// with the proof, or, where a process is hidden from it, leaves the entry
+// pending; then the run's one-line error names the entry and the ledger.
+func TestRunEndingWithPendingNamesThem(t *testing.T) {
+	f := nt.New(t, nt.Options{})
+	ledgerPath := filepath.Join(t.TempDir(), "ledger.jsonl")
+	tgt := netfault.Target{PID: f.PID, Interface: nt.IfA}
+	before, err := netfault.Take(t.Context(), tgt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vanished := make(chan struct{})
+	go func() {
+		defer close(vanished)
+		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if s, err := netfault.Take(context.Background(), tgt); err == nil && !s.Equal(before) {
+				f.Vanish()
+				return
+			}
+		}
+	}()
+	var out, errb testutil.LockedBuffer
+	code := Main([]string{"run", partitionExperiment(t, f.PID, 3*time.Second), "--target", "local", "--ledger", ledgerPath,
+		"--exporter", "http://127.0.0.1:1/metrics"}, strings.NewReader(""), &out, &errb)
+	<-vanished
+	if hidden := nt.HiddenProcesses(t); len(hidden) > 0 {
+		if code != 1 || !strings.Contains(errb.String(), "1 injection(s) still pending in ledger "+ledgerPath) ||
+			!strings.Contains(errb.String(), "network.partition on node") || strings.Count(strings.TrimSpace(errb.String()), "\n") > 1 {
+			t.Fatalf("run exited %d:\n%s%s\nwant 1 and one line naming the pending partition and the ledger", code, out.String(), errb.String())
+		}
+		return
+	}
+	if !strings.Contains(out.String(), "target gone") || !strings.Contains(out.String(), "no holder left") {
+		t.Fatalf("run exited %d:\n%s%s\nwant the recovery to say gone with its proof", code, out.String(), errb.String())
+	}
+}

@@ -179,23 +179,32 @@ on a bad file or flag.`,
 			if rec == nil {
 				return fmt.Errorf("%s: %w", args[0], runErr)
 			}
+			// Whatever stopped the run, and whatever fails after it, the
+			// error names what it left injected.
+			var pendingErr error
+			if l, ok := opts.Ledger.(*ledger.File); ok {
+				pendingErr = stillPending(cmd.Context(), l, local.ledger)
+			}
+			withPending := func(err error) error {
+				if pendingErr != nil {
+					err = fmt.Errorf("%w; experiment %s: %w", err, exp.Metadata.Name, pendingErr)
+				}
+				return failed(err)
+			}
 			if recordPath != "" {
 				if err := writeRecord(recordPath, rec); err != nil {
-					return failed(err)
+					return withPending(err)
 				}
 			}
 			if f == "json" {
 				if err := writeJSON(out, rec); err != nil {
-					return err
+					return withPending(err)
 				}
 			} else {
 				printVerdicts(out, rec)
 			}
-			if l, ok := opts.Ledger.(*ledger.File); ok {
-				// Whatever stopped the run, name what it left injected.
-				if err := stillPending(cmd.Context(), l, local.ledger); err != nil {
-					return failed(fmt.Errorf("experiment %s: %w", exp.Metadata.Name, err))
-				}
+			if pendingErr != nil {
+				return failed(fmt.Errorf("experiment %s: %w", exp.Metadata.Name, pendingErr))
 			}
 			if runErr != nil {
 				return failed(runErr)
