@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"reflect"
 	"regexp"
 	"slices"
@@ -16,6 +15,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gpuchaos/gpuchaos/internal/limitread"
 	names "github.com/gpuchaos/gpuchaos/internal/suggest"
 )
 
@@ -128,17 +128,12 @@ func (e *Experiment) Locate(err error) error {
 
 // LoadFile reads and strictly loads one experiment file; see Load.
 func LoadFile(path string) (*Experiment, error) {
-	f, err := os.Open(path)
+	data, err := limitread.File(path, maxFileBytes)
+	if tl := (*limitread.TooLargeError)(nil); errors.As(err, &tl) {
+		return nil, &LoadError{Source: path, Msg: fmt.Sprintf("file is larger than %d MiB; an experiment is a few KiB", maxFileBytes>>20)}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load experiment: %w", err)
-	}
-	defer f.Close()
-	data, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("load experiment: read %s: %w", path, err)
-	}
-	if len(data) > maxFileBytes {
-		return nil, &LoadError{Source: path, Msg: fmt.Sprintf("file is larger than %d MiB; an experiment is a few KiB", maxFileBytes>>20)}
 	}
 	return Load(data, path)
 }

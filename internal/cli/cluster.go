@@ -3,11 +3,10 @@ package cli
 import (
 	"bytes"
 	"fmt"
-	"io"
-	"os"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gpuchaos/gpuchaos/internal/limitread"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
@@ -28,15 +27,10 @@ func loadCluster(path string) (twin.ClusterSpec, error) {
 // documentKind returns the kind: of a small Kubernetes-style YAML file, or
 // "" when it has none or cannot be read.
 func documentKind(path string) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
 	// The loader refused the file, perhaps for its size: read no more of
 	// it than a spec may hold (/dev/zero has no end).
-	b, err := io.ReadAll(io.LimitReader(f, twin.MaxClusterSpecBytes+1))
-	if err != nil || len(b) > twin.MaxClusterSpecBytes {
+	b, err := limitread.File(path, twin.MaxClusterSpecBytes)
+	if err != nil {
 		return ""
 	}
 	var head struct {

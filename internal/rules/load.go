@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gpuchaos/gpuchaos/internal/limitread"
 	"github.com/gpuchaos/gpuchaos/internal/suggest"
 )
 
@@ -226,20 +226,15 @@ func readFile(path string) ([]byte, error) {
 	tooLarge := func(size string) error {
 		return &Error{Source: path, RuleIndex: -1, Err: fmt.Errorf("%s, over the %d MiB limit for a rule file", size, MaxFileBytes>>20)}
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("load rules: %w", err)
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err == nil && st.Mode().IsRegular() && st.Size() > MaxFileBytes {
-		return nil, tooLarge(fmt.Sprintf("%.1f MiB", float64(st.Size())/(1<<20)))
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("load rules: read %s: %w", path, err)
-	}
-	if len(data) > MaxFileBytes {
+	data, err := limitread.File(path, MaxFileBytes)
+	var tl *limitread.TooLargeError
+	switch {
+	case errors.As(err, &tl) && tl.Size >= 0:
+		return nil, tooLarge(fmt.Sprintf("%.1f MiB", float64(tl.Size)/(1<<20)))
+	case errors.As(err, &tl):
 		return nil, tooLarge(fmt.Sprintf("more than %d MiB", MaxFileBytes>>20))
+	case err != nil:
+		return nil, fmt.Errorf("load rules: %w", err)
 	}
 	return data, nil
 }

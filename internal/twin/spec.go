@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gpuchaos/gpuchaos/internal/limitread"
 )
 
 // ClusterSpec describes a simulated cluster: hardware, variability, failure
@@ -248,21 +249,12 @@ func Default() ClusterSpec {
 // MaxClusterSpecBytes. The size is checked before reading, and reading stops
 // past it too, so a device or a pipe (/dev/zero) cannot fill memory.
 func LoadClusterSpec(path string) (ClusterSpec, error) {
-	f, err := os.Open(path)
+	data, err := limitread.File(path, MaxClusterSpecBytes)
+	if tl := (*limitread.TooLargeError)(nil); errors.As(err, &tl) {
+		return ClusterSpec{}, fmt.Errorf("load cluster spec: %s: larger than the limit of %d KiB", path, MaxClusterSpecBytes>>10)
+	}
 	if err != nil {
 		return ClusterSpec{}, fmt.Errorf("load cluster spec: %w", err)
-	}
-	defer f.Close()
-	tooBig := fmt.Errorf("load cluster spec: %s: larger than the limit of %d KiB", path, MaxClusterSpecBytes>>10)
-	if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() && fi.Size() > MaxClusterSpecBytes {
-		return ClusterSpec{}, tooBig
-	}
-	data, err := io.ReadAll(io.LimitReader(f, MaxClusterSpecBytes+1))
-	if err != nil {
-		return ClusterSpec{}, fmt.Errorf("load cluster spec: %w", err)
-	}
-	if len(data) > MaxClusterSpecBytes {
-		return ClusterSpec{}, tooBig
 	}
 	return ParseClusterSpec(data, path)
 }

@@ -2,7 +2,6 @@ package workload
 
 import (
 	"archive/zip"
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -14,6 +13,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gpuchaos/gpuchaos/internal/limitread"
 )
 
 // ManifestFormat is the format string every manifest carries; a manifest
@@ -207,19 +208,11 @@ func checkTorchZip(r io.ReaderAt, size int64) error {
 }
 
 func readLimited(path string, limit int64) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var b bytes.Buffer
-	if _, err := io.Copy(&b, io.LimitReader(f, limit+1)); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	if int64(b.Len()) > limit {
+	b, err := limitread.File(path, limit)
+	if tl := (*limitread.TooLargeError)(nil); errors.As(err, &tl) {
 		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrInvalid, filepath.Base(path), limit)
 	}
-	return b.Bytes(), nil
+	return b, err
 }
 
 // Scan verifies every checkpoint in dir, newest first. A step counts as

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+
+	"github.com/gpuchaos/gpuchaos/internal/limitread"
 )
 
 // MaxRecord bounds what Read loads unless WithMaxRecord says otherwise: a
@@ -156,19 +158,11 @@ func (d *Dir) Exists(key string) (bool, error) {
 
 // Read returns key's record; a missing one is os.ErrNotExist.
 func (d *Dir) Read(key string) ([]byte, error) {
-	f, err := os.Open(d.File(key))
-	if err != nil {
-		return nil, err
+	b, err := limitread.File(d.File(key), int64(d.max))
+	if tl := (*limitread.TooLargeError)(nil); errors.As(err, &tl) {
+		return nil, fmt.Errorf("read state %s: over %d bytes", d.File(key), d.max)
 	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, int64(d.max)+1))
-	if err != nil {
-		return nil, fmt.Errorf("read state %s: %w", f.Name(), err)
-	}
-	if len(b) > d.max {
-		return nil, fmt.Errorf("read state %s: over %d bytes", f.Name(), d.max)
-	}
-	return b, nil
+	return b, err
 }
 
 // Inject runs apply for key under key's lock, unless key already has a

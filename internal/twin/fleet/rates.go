@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"unicode/utf8"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gpuchaos/gpuchaos/internal/limitread"
 )
 
 // LoadRates reads a rates file: a mapping from class name to interruptions
@@ -16,19 +17,12 @@ import (
 // every rate finite and not negative; errors name the file and, where there
 // is one, the class or line.
 func LoadRates(path string) (map[string]float64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("read rates file: %w", err)
-	}
-	defer f.Close()
-	// A rates file names a dozen classes; reading stops past the limit so
-	// a device or a pipe (/dev/zero) cannot fill memory.
-	data, err := io.ReadAll(io.LimitReader(f, MaxRatesFileBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("read rates file: %w", err)
-	}
-	if len(data) > MaxRatesFileBytes {
+	data, err := limitread.File(path, MaxRatesFileBytes)
+	if tl := (*limitread.TooLargeError)(nil); errors.As(err, &tl) {
 		return nil, fmt.Errorf("rates file %s: larger than the limit of %d KiB", path, MaxRatesFileBytes>>10)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read rates file: %w", err)
 	}
 	rates, err := ParseRates(data)
 	if err != nil {
