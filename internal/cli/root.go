@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 )
 
 // Main runs the command line and returns the process exit code: 0 on
@@ -70,17 +71,7 @@ func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 // signalError is the cause of a context cancelled by a signal.
 type signalError struct{ sig syscall.Signal }
 
-func (e *signalError) Error() string { return "stopped by " + signalName(e.sig) }
-
-func signalName(s syscall.Signal) string {
-	switch s {
-	case syscall.SIGINT:
-		return "SIGINT"
-	case syscall.SIGTERM:
-		return "SIGTERM"
-	}
-	return s.String()
-}
+func (e *signalError) Error() string { return "stopped by " + unix.SignalName(e.sig) }
 
 // exitError carries an exit code other than 2 (bad input, the default).
 type exitError struct {

@@ -261,7 +261,8 @@ type localFlags struct {
 	scrapeInterval               time.Duration
 }
 
-// startLocalTarget recovers what killed runs left in the ledger, then opens
+// startLocalTarget recovers what killed runs left in the ledger (fl.ledger,
+// which a run that is not dry must have set), then opens
 // NVML and starts following the kernel log. Recovery comes first and needs
 // neither: a node whose driver is gone must still get its network back. A
 // dry run gets no ledger: it must not touch anything. What it recovers is
@@ -279,11 +280,6 @@ func startLocalTarget(cmd *cobra.Command, fl localFlags, dryRun, table bool) (st
 		err        error
 	)
 	if !dryRun {
-		if ledgerPath == "" {
-			if ledgerPath, err = defaultLedger(); err != nil {
-				return nil, nil, nil, err
-			}
-		}
 		if l, err = recoverLedger(ctx, out, ledgerPath); err != nil {
 			return nil, nil, nil, err
 		}
