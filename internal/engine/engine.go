@@ -539,8 +539,8 @@ func (e *Engine) recover(ctx context.Context, rec *Record, done []Injection) {
 			err = inj.Recover(rctx, in.Key)
 		}
 		what := Describe(in.Fault, in.Ref, in.Params)
-		gone := errors.Is(err, fault.ErrTargetGone) && !errors.Is(err, fault.ErrUnproven)
-		if err != nil && !gone {
+		status := outcome(err)
+		if status == StillPending {
 			msg := fmt.Sprintf("recover %s: %v (left in the ledger for the next start)", what, err)
 			e.event(rec, "error", in.Fault, msg)
 			if rec.Error == "" {
@@ -551,7 +551,7 @@ func (e *Engine) recover(ctx context.Context, rec *Record, done []Injection) {
 		if err := e.opts.Ledger.Done(rctx, in.Key); err != nil {
 			e.event(rec, "error", in.Fault, "mark recovered in ledger: "+err.Error())
 		}
-		if gone {
+		if status == Gone {
 			e.event(rec, "recover", in.Fault, refKey(in.Ref)+": target gone: "+err.Error())
 			continue
 		}

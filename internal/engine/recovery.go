@@ -77,13 +77,9 @@ func RecoverPending(ctx context.Context, t Recoverer, l ledger.Ledger) ([]Recove
 	for _, e := range pending {
 		r := Recovery{Entry: e, What: Describe(e.Fault, e.Ref, e.Params)}
 		err := recoverEntry(ctx, t, e)
-		switch {
-		case err == nil:
-			r.Status = Recovered
-		case errors.Is(err, fault.ErrTargetGone) && !errors.Is(err, fault.ErrUnproven):
-			r.Status, r.Detail, r.Err = Gone, err.Error(), err
-		default:
-			r.Status, r.Detail, r.Err = StillPending, err.Error(), err
+		r.Status = outcome(err)
+		if err != nil {
+			r.Detail, r.Err = err.Error(), err
 		}
 		if r.Status != StillPending {
 			if err := l.Done(ctx, e.Key); err != nil {
@@ -93,6 +89,19 @@ func RecoverPending(ctx context.Context, t Recoverer, l ledger.Ledger) ([]Recove
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// outcome classifies an injector's Recover error by the fault.Injector
+// contract: nil is recovered, ErrTargetGone (without ErrUnproven) is gone,
+// anything else leaves the injection pending.
+func outcome(err error) string {
+	switch {
+	case err == nil:
+		return Recovered
+	case errors.Is(err, fault.ErrTargetGone) && !errors.Is(err, fault.ErrUnproven):
+		return Gone
+	}
+	return StillPending
 }
 
 // StillPendingIn returns the entries of rs left pending.
