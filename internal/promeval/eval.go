@@ -565,15 +565,6 @@ type item struct {
 	v   float64
 }
 
-func (rs *ruleState) readsMetric(name string) bool {
-	for _, ms := range rs.reads {
-		if matchAll(ms, name) {
-			return true
-		}
-	}
-	return false
-}
-
 // selectors returns the __name__ matchers of every selector in expr.
 func selectors(expr parser.Expr) [][]*labels.Matcher {
 	var out [][]*labels.Matcher
