@@ -12,13 +12,14 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/twin/twingpu"
 
 	"github.com/gpuchaos/gpuchaos/internal/textformat"
 )
 
 // twinSource returns a source over one node of a fresh twin, with the
 // access the test also uses to read the twin's own series.
-func twinSource(t *testing.T) (gpu.TwinAccess, gpu.Source) {
+func twinSource(t *testing.T) (twingpu.Access, gpu.Source) {
 	t.Helper()
 	tw, err := twin.New(twin.Options{Seed: 11, ScrapeInterval: time.Second})
 	if err != nil {
@@ -27,8 +28,8 @@ func twinSource(t *testing.T) (gpu.TwinAccess, gpu.Source) {
 	if err := tw.Sleep(context.Background(), time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	access := gpu.LockedTwin(tw)
-	src, err := gpu.NewTwin(access, "gpu-node-0")
+	access := twingpu.Locked(tw)
+	src, err := twingpu.New(access, "gpu-node-0")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/gpu"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/twin/twingpu"
 )
 
 // benchAgent returns an agent over one 8-GPU node of a warmed-up twin,
@@ -20,7 +20,7 @@ func benchAgent(b *testing.B) *Agent {
 	if err := tw.Sleep(context.Background(), time.Minute); err != nil {
 		b.Fatal(err)
 	}
-	src, err := gpu.NewTwin(gpu.LockedTwin(tw), "gpu-node-0")
+	src, err := twingpu.New(twingpu.Locked(tw), "gpu-node-0")
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 	"github.com/gpuchaos/gpuchaos/internal/twin/live"
+	"github.com/gpuchaos/gpuchaos/internal/twin/twingpu"
 	"github.com/gpuchaos/gpuchaos/internal/xidwatch"
 )
 
@@ -116,7 +117,7 @@ func (fl agentFlags) run(cmd *cobra.Command) error {
 		if err != nil {
 			return failed(fmt.Errorf("agent: start the twin: %w", err))
 		}
-		s, err := gpu.NewTwin(r.WithTwin, r.Inventory().Nodes[0].Name)
+		s, err := twingpu.New(r.WithTwin, r.Inventory().Nodes[0].Name)
 		if err != nil {
 			return failed(fmt.Errorf("agent: %w", err))
 		}

@@ -14,6 +14,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/promeval"
 	"github.com/gpuchaos/gpuchaos/internal/rules"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
@@ -150,7 +151,7 @@ func ruleCells(ctx context.Context, eng *promql.Engine, set *ruleSet, tw *twin.T
 	if err != nil {
 		return nil, fmt.Errorf("evaluate rules: %w", err)
 	}
-	concerns := func(ls twin.Labels) bool { return rec.Plan.Concerns(probe.SubjectFromLabels(ls)) }
+	concerns := func(ls series.Labels) bool { return rec.Plan.Concerns(probe.SubjectFromLabels(ls)) }
 	cells := make(map[string]Cell, len(set.cols))
 	for _, d := range set.cols {
 		if d.rule == nil {

@@ -83,9 +83,9 @@ type Sample struct {
 	HasClockEventReasons bool   `json:"has_clock_event_reasons"`
 }
 
-// blankSample returns a sample with every float field missing (NaN), so a
+// BlankSample returns a sample with every float field missing (NaN), so a
 // source fills in only what it can read.
-func blankSample(t time.Time) Sample {
+func BlankSample(t time.Time) Sample {
 	nan := math.NaN()
 	return Sample{
 		Time: t, SMClockMHz: nan, MemClockMHz: nan, TempC: nan, MemTempC: nan,

@@ -244,7 +244,7 @@ func (s *nvmlSource) Sample(ctx context.Context, index int) (Sample, error) {
 		return Sample{}, fmt.Errorf("sample gpu %d: %w", index, ErrNoDevice)
 	}
 	r := reader{h: s.devs[index].h}
-	smp := blankSample(time.Now())
+	smp := BlankSample(time.Now())
 	h := r.h
 
 	if v, ret := h.GetClockInfo(nvml.CLOCK_SM); r.ok(ret) {

@@ -2,7 +2,6 @@ package gpu
 
 import (
 	"context"
-	"fmt"
 )
 
 // Process is a process that holds a context on a GPU, as the driver lists
@@ -26,19 +25,4 @@ type Process struct {
 // stopped answering, and an empty list, not an error, for an idle GPU.
 type ProcessLister interface {
 	Processes(ctx context.Context, index int) ([]Process, error)
-}
-
-// Processes lists no process: the twin's GPUs run simulated jobs, not
-// processes of this machine.
-func (s *twinSource) Processes(ctx context.Context, index int) ([]Process, error) {
-	devs, err := s.Devices(ctx)
-	if err != nil {
-		return nil, err
-	}
-	for _, d := range devs {
-		if d.Index == index {
-			return nil, nil
-		}
-	}
-	return nil, fmt.Errorf("list processes of gpu %d: %w", index, ErrNoDevice)
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 )
 
@@ -292,7 +292,7 @@ func subjectOf(p Point) Subject { return SubjectFromLabels(p.Labels) }
 // exporters set: Hostname (dcgm-exporter) or node (kube-state-metrics), gpu,
 // UUID, pci_bus_id (turned into the kernel's form, as Subject.PCI is) and
 // job.
-func SubjectFromLabels(ls twin.Labels) Subject {
+func SubjectFromLabels(ls series.Labels) Subject {
 	node := ls.Get("Hostname")
 	if node == "" {
 		node = ls.Get("node")

@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
-	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 )
 
@@ -19,7 +19,7 @@ var now = t0.Add(40 * time.Minute)
 
 // gpu labels a GPU series as dcgm-exporter does; gpuSubject is the subject
 // a detector should report for it.
-func gpu(node string, idx int) twin.Labels {
+func gpu(node string, idx int) series.Labels {
 	i := strconv.Itoa(idx)
 	return lbl("Hostname", node, "UUID", "GPU-"+node+"-"+i, "gpu", i, "pci_bus_id", "00000000:18:00.0")
 }
@@ -30,13 +30,13 @@ func gpuSubject(node string, idx int) probe.Subject {
 }
 
 // h is shorthand for a 40-minute history ending at now.
-func h(metric string, ls twin.Labels, v func(time.Duration) float64) *twin.Series {
+func h(metric string, ls series.Labels, v func(time.Duration) float64) *series.Series {
 	return history(metric, ls, now, v)
 }
 
 type scenario struct {
-	series []*twin.Series
-	logs   []twin.LogLine
+	series []*series.Series
+	logs   []series.LogLine
 }
 
 func observe(t *testing.T, d *probe.Detector, sc scenario) probe.Observation {
@@ -64,7 +64,7 @@ var (
 	trainSub = probe.Subject{Job: "train"}
 )
 
-func rank(r int) twin.Labels {
+func rank(r int) series.Labels {
 	return lbl("Hostname", "n1", "gpu", strconv.Itoa(r), "job", "train", "rank", strconv.Itoa(r))
 }
 
@@ -79,48 +79,48 @@ var detectorCases = []struct {
 }{
 	{
 		name: "dcgm-gpu-temp-high",
-		fire: scenario{series: []*twin.Series{h(temp, gpu("n1", 0), constant(70)), h(temp, gpu("n1", 3), recent(2*time.Minute, 90, 70))}},
+		fire: scenario{series: []*series.Series{h(temp, gpu("n1", 0), constant(70)), h(temp, gpu("n1", 3), recent(2*time.Minute, 90, 70))}},
 		want: []probe.Subject{gpuSubject("n1", 3)},
 		// Hot for 45s, short of the 1m `for:`.
-		quiet: scenario{series: []*twin.Series{h(temp, gpu("n1", 3), recent(45*time.Second, 90, 70))}},
+		quiet: scenario{series: []*series.Series{h(temp, gpu("n1", 3), recent(45*time.Second, 90, 70))}},
 	},
 	{
 		name: "dcgm-sm-clock-throttled",
-		fire: scenario{series: []*twin.Series{
+		fire: scenario{series: []*series.Series{
 			h(clock, gpu("n1", 0), constant(1980)), h(util, gpu("n1", 0), constant(95)),
 			h(clock, gpu("n1", 3), recent(3*time.Minute, 1500, 1980)), h(util, gpu("n1", 3), constant(95)),
 		}},
 		want: []probe.Subject{gpuSubject("n1", 3)},
 		// The same clock drop on an idle GPU is power saving, not a fault.
-		quiet: scenario{series: []*twin.Series{h(clock, gpu("n1", 3), recent(3*time.Minute, 1500, 1980)), h(util, gpu("n1", 3), constant(5))}},
+		quiet: scenario{series: []*series.Series{h(clock, gpu("n1", 3), recent(3*time.Minute, 1500, 1980)), h(util, gpu("n1", 3), constant(5))}},
 	},
 	{
 		name:  "dcgm-xid-errors",
-		fire:  scenario{series: []*twin.Series{h("DCGM_FI_DEV_XID_ERRORS", gpu("n1", 0), constant(0)), h("DCGM_FI_DEV_XID_ERRORS", gpu("n1", 3), recent(time.Minute, 79, 0))}},
+		fire:  scenario{series: []*series.Series{h("DCGM_FI_DEV_XID_ERRORS", gpu("n1", 0), constant(0)), h("DCGM_FI_DEV_XID_ERRORS", gpu("n1", 3), recent(time.Minute, 79, 0))}},
 		want:  []probe.Subject{gpuSubject("n1", 3)},
-		quiet: scenario{series: []*twin.Series{h("DCGM_FI_DEV_XID_ERRORS", gpu("n1", 3), constant(0))}},
+		quiet: scenario{series: []*series.Series{h("DCGM_FI_DEV_XID_ERRORS", gpu("n1", 3), constant(0))}},
 	},
 	{
 		name: "dcgm-gpu-missing",
-		fire: scenario{series: []*twin.Series{
+		fire: scenario{series: []*series.Series{
 			h(temp, gpu("n1", 0), constant(60)), h(temp, gpu("n1", 1), goneFor(7*time.Minute, 60)),
 			h(temp, gpu("n2", 0), constant(60)), h(temp, gpu("n2", 1), constant(60)),
 		}},
 		want: []probe.Subject{{Node: "n1"}},
 		// Gone 5m30s ago: out of the 5m lookback for only 30s, short of
 		// the 1m `for:`.
-		quiet: scenario{series: []*twin.Series{h(temp, gpu("n1", 0), constant(60)), h(temp, gpu("n1", 1), goneFor(5*time.Minute+30*time.Second, 60))}},
+		quiet: scenario{series: []*series.Series{h(temp, gpu("n1", 0), constant(60)), h(temp, gpu("n1", 1), goneFor(5*time.Minute+30*time.Second, 60))}},
 	},
 	{
 		name:  "dcgm-row-remap-failure",
-		fire:  scenario{series: []*twin.Series{h("DCGM_FI_DEV_ROW_REMAP_FAILURE", gpu("n1", 0), constant(0)), h("DCGM_FI_DEV_ROW_REMAP_FAILURE", gpu("n1", 3), recent(time.Minute, 1, 0))}},
+		fire:  scenario{series: []*series.Series{h("DCGM_FI_DEV_ROW_REMAP_FAILURE", gpu("n1", 0), constant(0)), h("DCGM_FI_DEV_ROW_REMAP_FAILURE", gpu("n1", 3), recent(time.Minute, 1, 0))}},
 		want:  []probe.Subject{gpuSubject("n1", 3)},
-		quiet: scenario{series: []*twin.Series{h("DCGM_FI_DEV_ROW_REMAP_FAILURE", gpu("n1", 3), constant(0))}},
+		quiet: scenario{series: []*series.Series{h("DCGM_FI_DEV_ROW_REMAP_FAILURE", gpu("n1", 3), constant(0))}},
 	},
 	{
 		name: "dcgm-remapped-rows",
 		// One GPU per branch of the `or`.
-		fire: scenario{series: []*twin.Series{
+		fire: scenario{series: []*series.Series{
 			h("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", gpu("n1", 3), recent(5*time.Minute, 2, 0)),
 			h("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", gpu("n1", 3), constant(0)),
 			h("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", gpu("n1", 0), constant(0)),
@@ -129,157 +129,157 @@ var detectorCases = []struct {
 		}},
 		want: []probe.Subject{gpuSubject("n1", 0), gpuSubject("n1", 3)},
 		// Rows remapped 20 minutes ago, outside the 15m window.
-		quiet: scenario{series: []*twin.Series{h("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", gpu("n1", 3), recent(20*time.Minute, 2, 0))}},
+		quiet: scenario{series: []*series.Series{h("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", gpu("n1", 3), recent(20*time.Minute, 2, 0))}},
 	},
 	{
 		name:  "dcgm-ecc-dbe",
-		fire:  scenario{series: []*twin.Series{h("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gpu("n1", 3), recent(time.Minute, 1, 0)), h("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gpu("n1", 0), constant(0))}},
+		fire:  scenario{series: []*series.Series{h("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gpu("n1", 3), recent(time.Minute, 1, 0)), h("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gpu("n1", 0), constant(0))}},
 		want:  []probe.Subject{gpuSubject("n1", 3)},
-		quiet: scenario{series: []*twin.Series{h("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gpu("n1", 3), constant(0))}},
+		quiet: scenario{series: []*series.Series{h("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", gpu("n1", 3), constant(0))}},
 	},
 	{
 		name: "dcgm-ecc-sbe-storm",
-		fire: scenario{series: []*twin.Series{h("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu("n1", 3), counter(30)), h("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu("n1", 0), counter(1))}},
+		fire: scenario{series: []*series.Series{h("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu("n1", 3), counter(30)), h("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu("n1", 0), counter(1))}},
 		want: []probe.Subject{gpuSubject("n1", 3)},
 		// 5 a scrape: 95 over the 19 steps inside 5m, not above 100.
-		quiet: scenario{series: []*twin.Series{h("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu("n1", 3), counter(5))}},
+		quiet: scenario{series: []*series.Series{h("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", gpu("n1", 3), counter(5))}},
 	},
 	{
 		name:  "dcgm-power-violation",
-		fire:  scenario{series: []*twin.Series{h("DCGM_FI_DEV_POWER_VIOLATION", gpu("n1", 3), recent(2*time.Minute, 1500, 1000)), h("DCGM_FI_DEV_POWER_VIOLATION", gpu("n1", 0), constant(1000))}},
+		fire:  scenario{series: []*series.Series{h("DCGM_FI_DEV_POWER_VIOLATION", gpu("n1", 3), recent(2*time.Minute, 1500, 1000)), h("DCGM_FI_DEV_POWER_VIOLATION", gpu("n1", 0), constant(1000))}},
 		want:  []probe.Subject{gpuSubject("n1", 3)},
-		quiet: scenario{series: []*twin.Series{h("DCGM_FI_DEV_POWER_VIOLATION", gpu("n1", 3), constant(1000))}},
+		quiet: scenario{series: []*series.Series{h("DCGM_FI_DEV_POWER_VIOLATION", gpu("n1", 3), constant(1000))}},
 	},
 	{
 		name: "dcgm-nvlink-bandwidth-drop",
-		fire: scenario{series: []*twin.Series{
+		fire: scenario{series: []*series.Series{
 			h(nvlink, gpu("n1", 3), recent(3*time.Minute, 30e9, 100e9)), h(util, gpu("n1", 3), constant(95)),
 			h(nvlink, gpu("n1", 0), constant(100e9)), h(util, gpu("n1", 0), constant(95)),
 		}},
 		want: []probe.Subject{gpuSubject("n1", 3)},
 		// 60 % of the baseline is a dip, not a drop below half.
-		quiet: scenario{series: []*twin.Series{h(nvlink, gpu("n1", 3), recent(3*time.Minute, 60e9, 100e9)), h(util, gpu("n1", 3), constant(95))}},
+		quiet: scenario{series: []*series.Series{h(nvlink, gpu("n1", 3), recent(3*time.Minute, 60e9, 100e9)), h(util, gpu("n1", 3), constant(95))}},
 	},
 	{
 		name: "dcgm-fb-nearly-full",
-		fire: scenario{series: []*twin.Series{
+		fire: scenario{series: []*series.Series{
 			h("DCGM_FI_DEV_FB_USED", gpu("n1", 3), constant(79000)), h("DCGM_FI_DEV_FB_FREE", gpu("n1", 3), constant(1000)),
 			h("DCGM_FI_DEV_FB_USED", gpu("n1", 0), constant(40000)), h("DCGM_FI_DEV_FB_FREE", gpu("n1", 0), constant(40000)),
 		}},
 		want: []probe.Subject{gpuSubject("n1", 3)},
 		// 93.75 % used.
-		quiet: scenario{series: []*twin.Series{h("DCGM_FI_DEV_FB_USED", gpu("n1", 3), constant(75000)), h("DCGM_FI_DEV_FB_FREE", gpu("n1", 3), constant(5000))}},
+		quiet: scenario{series: []*series.Series{h("DCGM_FI_DEV_FB_USED", gpu("n1", 3), constant(75000)), h("DCGM_FI_DEV_FB_FREE", gpu("n1", 3), constant(5000))}},
 	},
 	{
 		name: "dcgm-pcie-saturated",
-		fire: scenario{series: []*twin.Series{
+		fire: scenario{series: []*series.Series{
 			h("DCGM_FI_PROF_PCIE_TX_BYTES", gpu("n1", 3), recent(3*time.Minute, 15e9, 1e9)), h("DCGM_FI_PROF_PCIE_RX_BYTES", gpu("n1", 3), recent(3*time.Minute, 15e9, 1e9)),
 			h("DCGM_FI_PROF_PCIE_TX_BYTES", gpu("n1", 0), constant(1e9)), h("DCGM_FI_PROF_PCIE_RX_BYTES", gpu("n1", 0), constant(1e9)),
 		}},
 		want: []probe.Subject{gpuSubject("n1", 3)},
 		// 20 GB/s in total.
-		quiet: scenario{series: []*twin.Series{h("DCGM_FI_PROF_PCIE_TX_BYTES", gpu("n1", 3), constant(15e9)), h("DCGM_FI_PROF_PCIE_RX_BYTES", gpu("n1", 3), constant(5e9))}},
+		quiet: scenario{series: []*series.Series{h("DCGM_FI_PROF_PCIE_TX_BYTES", gpu("n1", 3), constant(15e9)), h("DCGM_FI_PROF_PCIE_RX_BYTES", gpu("n1", 3), constant(5e9))}},
 	},
 	{
 		name: "dcgm-gpu-idle",
-		fire: scenario{series: []*twin.Series{h(util, gpu("n1", 3), recent(6*time.Minute, 2, 90)), h(util, gpu("n1", 0), constant(90))}},
+		fire: scenario{series: []*series.Series{h(util, gpu("n1", 3), recent(6*time.Minute, 2, 90)), h(util, gpu("n1", 0), constant(90))}},
 		want: []probe.Subject{gpuSubject("n1", 3)},
 		// Idle for 4 of the 5 minutes.
-		quiet: scenario{series: []*twin.Series{h(util, gpu("n1", 3), recent(4*time.Minute, 2, 90))}},
+		quiet: scenario{series: []*series.Series{h(util, gpu("n1", 3), recent(4*time.Minute, 2, 90))}},
 	},
 	{
 		name: "kmsg-xid",
-		fire: scenario{logs: []twin.LogLine{
+		fire: scenario{logs: []series.LogLine{
 			{Time: now.Add(-5 * time.Minute), Node: "n2", Priority: 6, Text: "nvidia-peermem: loaded"},
 			{Time: now.Add(-3 * time.Minute), Node: "n1", Priority: 3, Text: xid.FormatLine("00000000:18:00.0", 79, -1, "", "")},
 		}},
 		want: []probe.Subject{{Node: "n1", PCI: "0000:18:00"}},
 		// The same line 11 minutes ago: the watcher's alert has expired.
-		quiet: scenario{logs: []twin.LogLine{{Time: now.Add(-11 * time.Minute), Node: "n1", Priority: 3, Text: xid.FormatLine("00000000:18:00.0", 79, -1, "", "")}}},
+		quiet: scenario{logs: []series.LogLine{{Time: now.Add(-11 * time.Minute), Node: "n1", Priority: 3, Text: xid.FormatLine("00000000:18:00.0", 79, -1, "", "")}}},
 	},
 	{
 		name:  "job-down",
-		fire:  scenario{series: []*twin.Series{h(jobUp, train, recent(2*time.Minute, 0, 1)), h(jobUp, lbl("job", "eval"), constant(1))}},
+		fire:  scenario{series: []*series.Series{h(jobUp, train, recent(2*time.Minute, 0, 1)), h(jobUp, lbl("job", "eval"), constant(1))}},
 		want:  []probe.Subject{trainSub},
-		quiet: scenario{series: []*twin.Series{h(jobUp, train, recent(30*time.Second, 0, 1))}},
+		quiet: scenario{series: []*series.Series{h(jobUp, train, recent(30*time.Second, 0, 1))}},
 	},
 	{
 		name: "job-step-stall",
-		fire: scenario{series: []*twin.Series{h(steps, train, recent(4*time.Minute, 0, 5)), h(jobUp, train, constant(1))}},
+		fire: scenario{series: []*series.Series{h(steps, train, recent(4*time.Minute, 0, 5)), h(jobUp, train, constant(1))}},
 		want: []probe.Subject{trainSub},
 		// No steps because the job is down: job-down's business.
-		quiet: scenario{series: []*twin.Series{h(steps, train, recent(4*time.Minute, 0, 5)), h(jobUp, train, recent(4*time.Minute, 0, 1))}},
+		quiet: scenario{series: []*series.Series{h(steps, train, recent(4*time.Minute, 0, 5)), h(jobUp, train, recent(4*time.Minute, 0, 1))}},
 	},
 	{
 		name: "job-slowdown",
-		fire: scenario{series: []*twin.Series{
+		fire: scenario{series: []*series.Series{
 			h(steps, train, recent(6*time.Minute, 4, 5)), h(jobUp, train, constant(1)),
 			h(steps, lbl("job", "eval"), constant(5)), h(jobUp, lbl("job", "eval"), constant(1)),
 		}},
 		want: []probe.Subject{trainSub},
 		// A one-minute dip averages to 4.75 over 5m, above 0.9 × 5.
-		quiet: scenario{series: []*twin.Series{h(steps, train, recent(time.Minute, 4, 5)), h(jobUp, train, constant(1))}},
+		quiet: scenario{series: []*series.Series{h(steps, train, recent(time.Minute, 4, 5)), h(jobUp, train, constant(1))}},
 	},
 	{
 		name: "job-straggler",
-		fire: scenario{series: []*twin.Series{
+		fire: scenario{series: []*series.Series{
 			h("gpuchaos_rank_step_seconds", rank(0), constant(1)), h("gpuchaos_rank_step_seconds", rank(1), constant(1)),
 			h("gpuchaos_rank_step_seconds", rank(2), recent(3*time.Minute, 1.5, 1)), h("gpuchaos_rank_step_seconds", rank(3), constant(1)),
 		}},
 		want: []probe.Subject{{Node: "n1", GPU: "2", Job: "train"}},
 		// 15 % slower than the median rank.
-		quiet: scenario{series: []*twin.Series{
+		quiet: scenario{series: []*series.Series{
 			h("gpuchaos_rank_step_seconds", rank(0), constant(1)), h("gpuchaos_rank_step_seconds", rank(1), constant(1)),
 			h("gpuchaos_rank_step_seconds", rank(2), recent(3*time.Minute, 1.15, 1)), h("gpuchaos_rank_step_seconds", rank(3), constant(1)),
 		}},
 	},
 	{
 		name: "job-restarted",
-		fire: scenario{series: []*twin.Series{h("gpuchaos_job_restarts_total", train, recent(20*time.Minute, 1, 0))}},
+		fire: scenario{series: []*series.Series{h("gpuchaos_job_restarts_total", train, recent(20*time.Minute, 1, 0))}},
 		want: []probe.Subject{trainSub},
 		// Restarted 35 minutes ago, outside the 30m window.
-		quiet: scenario{series: []*twin.Series{h("gpuchaos_job_restarts_total", train, recent(35*time.Minute, 1, 0))}},
+		quiet: scenario{series: []*series.Series{h("gpuchaos_job_restarts_total", train, recent(35*time.Minute, 1, 0))}},
 	},
 	{
 		name:  "checkpoint-stale",
-		fire:  scenario{series: []*twin.Series{h("gpuchaos_job_last_checkpoint_timestamp_seconds", train, constant(float64(now.Add(-30*time.Minute).Unix())))}},
+		fire:  scenario{series: []*series.Series{h("gpuchaos_job_last_checkpoint_timestamp_seconds", train, constant(float64(now.Add(-30*time.Minute).Unix())))}},
 		want:  []probe.Subject{trainSub},
-		quiet: scenario{series: []*twin.Series{h("gpuchaos_job_last_checkpoint_timestamp_seconds", train, constant(float64(now.Add(-20*time.Minute).Unix())))}},
+		quiet: scenario{series: []*series.Series{h("gpuchaos_job_last_checkpoint_timestamp_seconds", train, constant(float64(now.Add(-20*time.Minute).Unix())))}},
 	},
 	{
 		name:  "checkpoint-failures",
-		fire:  scenario{series: []*twin.Series{h("gpuchaos_job_checkpoint_failures_total", train, recent(10*time.Minute, 1, 0))}},
+		fire:  scenario{series: []*series.Series{h("gpuchaos_job_checkpoint_failures_total", train, recent(10*time.Minute, 1, 0))}},
 		want:  []probe.Subject{trainSub},
-		quiet: scenario{series: []*twin.Series{h("gpuchaos_job_checkpoint_failures_total", train, constant(3))}},
+		quiet: scenario{series: []*series.Series{h("gpuchaos_job_checkpoint_failures_total", train, constant(3))}},
 	},
 	{
 		name:  "node-unschedulable",
-		fire:  scenario{series: []*twin.Series{h("kube_node_spec_unschedulable", lbl("node", "n1"), recent(time.Minute, 1, 0)), h("kube_node_spec_unschedulable", lbl("node", "n2"), constant(0))}},
+		fire:  scenario{series: []*series.Series{h("kube_node_spec_unschedulable", lbl("node", "n1"), recent(time.Minute, 1, 0)), h("kube_node_spec_unschedulable", lbl("node", "n2"), constant(0))}},
 		want:  []probe.Subject{{Node: "n1"}},
-		quiet: scenario{series: []*twin.Series{h("kube_node_spec_unschedulable", lbl("node", "n1"), constant(0))}},
+		quiet: scenario{series: []*series.Series{h("kube_node_spec_unschedulable", lbl("node", "n1"), constant(0))}},
 	},
 	{
 		name: "node-gpu-capacity-drop",
-		fire: scenario{series: []*twin.Series{
+		fire: scenario{series: []*series.Series{
 			h(alloc, lbl("node", "n1", "resource", "nvidia_com_gpu", "unit", "integer"), recent(2*time.Minute, 7, 8)),
 			h(alloc, lbl("node", "n2", "resource", "nvidia_com_gpu", "unit", "integer"), constant(8)),
 		}},
 		want: []probe.Subject{{Node: "n1"}},
 		// Only CPU capacity dropped.
-		quiet: scenario{series: []*twin.Series{
+		quiet: scenario{series: []*series.Series{
 			h(alloc, lbl("node", "n1", "resource", "nvidia_com_gpu", "unit", "integer"), constant(8)),
 			h(alloc, lbl("node", "n1", "resource", "cpu", "unit", "core"), recent(2*time.Minute, 48, 96)),
 		}},
 	},
 	{
 		name: "node-not-ready",
-		fire: scenario{series: []*twin.Series{
+		fire: scenario{series: []*series.Series{
 			h(cond, lbl("node", "n1", "condition", "Ready", "status", "true"), recent(2*time.Minute, 0, 1)),
 			h(cond, lbl("node", "n2", "condition", "Ready", "status", "true"), constant(1)),
 		}},
 		want: []probe.Subject{{Node: "n1"}},
 		// The status="false" series of a Ready node is 0; it must not count.
-		quiet: scenario{series: []*twin.Series{
+		quiet: scenario{series: []*series.Series{
 			h(cond, lbl("node", "n1", "condition", "Ready", "status", "true"), constant(1)),
 			h(cond, lbl("node", "n1", "condition", "Ready", "status", "false"), constant(0)),
 		}},

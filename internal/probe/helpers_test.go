@@ -8,21 +8,21 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/probe"
-	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
 // fakeSource is a hand-built Source: the real path through the twin is
 // tested in the engine and coverage packages; here the inputs must be exact.
 type fakeSource struct {
 	now    time.Time
-	series []*twin.Series
-	logs   []twin.LogLine
+	series []*series.Series
+	logs   []series.LogLine
 }
 
 func (f *fakeSource) Now() time.Time { return f.now }
 
-func (f *fakeSource) Select(metric string) []*twin.Series {
-	var out []*twin.Series
+func (f *fakeSource) Select(metric string) []*series.Series {
+	var out []*series.Series
 	for _, s := range f.series {
 		if s.Metric == metric {
 			out = append(out, s)
@@ -31,7 +31,7 @@ func (f *fakeSource) Select(metric string) []*twin.Series {
 	return out
 }
 
-func (f *fakeSource) Logs() []twin.LogLine { return f.logs }
+func (f *fakeSource) Logs() []series.LogLine { return f.logs }
 
 // t0 is aligned to every evaluation step the tests use (a whole day since
 // the zero time, which is what time.Truncate aligns to).
@@ -42,25 +42,25 @@ const scrape = 15 * time.Second
 
 // lbl builds labels from name, value pairs, sorted by name as the twin keeps
 // them.
-func lbl(kv ...string) twin.Labels {
-	var ls twin.Labels
+func lbl(kv ...string) series.Labels {
+	var ls series.Labels
 	for i := 0; i+1 < len(kv); i += 2 {
-		ls = append(ls, twin.Label{Name: kv[i], Value: kv[i+1]})
+		ls = append(ls, series.Label{Name: kv[i], Value: kv[i+1]})
 	}
-	slices.SortFunc(ls, func(a, b twin.Label) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(ls, func(a, b series.Label) int { return strings.Compare(a.Name, b.Name) })
 	return ls
 }
 
-func smp(t time.Time, v float64) twin.Sample { return twin.Sample{T: t.UnixMilli(), V: v} }
+func smp(t time.Time, v float64) series.Sample { return series.Sample{T: t.UnixMilli(), V: v} }
 
-func ser(metric string, ls twin.Labels, samples ...twin.Sample) *twin.Series {
-	return &twin.Series{Metric: metric, Labels: ls, Samples: samples}
+func ser(metric string, ls series.Labels, samples ...series.Sample) *series.Series {
+	return &series.Series{Metric: metric, Labels: ls, Samples: samples}
 }
 
 // history builds a series scraped every 15s over the 40 minutes before now
 // (inclusive). v gets how long before now each sample is; a NaN means no
 // sample then (the exporter lost the series).
-func history(metric string, ls twin.Labels, now time.Time, v func(ago time.Duration) float64) *twin.Series {
+func history(metric string, ls series.Labels, now time.Time, v func(ago time.Duration) float64) *series.Series {
 	s := ser(metric, ls)
 	for ago := 40 * time.Minute; ago >= 0; ago -= scrape {
 		x := v(ago)

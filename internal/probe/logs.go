@@ -5,7 +5,7 @@ import (
 	"regexp"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 )
 
@@ -16,7 +16,7 @@ type logProbe struct {
 	src    Source
 	window time.Duration
 	// match reports whether a line counts, and what it is about.
-	match func(twin.LogLine) (Subject, float64, bool)
+	match func(series.LogLine) (Subject, float64, bool)
 }
 
 func (p *logProbe) Name() string { return p.name }
@@ -48,7 +48,7 @@ func (p *logProbe) Observe(ctx context.Context) (Observation, error) {
 // xidLine matches NVRM Xid lines; the subject carries the node and the
 // line's PCI address, which the engine maps to the GPU. NVSwitch SXid lines
 // name a switch, not a GPU, and do not count.
-func xidLine(l twin.LogLine) (Subject, float64, bool) {
+func xidLine(l series.LogLine) (Subject, float64, bool) {
 	ev, ok := xid.ParseLine(l.Text)
 	if !ok || ev.Kind != xid.KindXID {
 		return Subject{}, 0, false
@@ -57,8 +57,8 @@ func xidLine(l twin.LogLine) (Subject, float64, bool) {
 }
 
 // regexpLine matches lines by a pattern; the subject is the node.
-func regexpLine(re *regexp.Regexp) func(twin.LogLine) (Subject, float64, bool) {
-	return func(l twin.LogLine) (Subject, float64, bool) {
+func regexpLine(re *regexp.Regexp) func(series.LogLine) (Subject, float64, bool) {
+	return func(l series.LogLine) (Subject, float64, bool) {
 		return Subject{Node: l.Node}, 0, re.MatchString(l.Text)
 	}
 }

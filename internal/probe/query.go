@@ -7,15 +7,15 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
 // Source is the part of the twin probes read. *twin.Twin implements it.
 // Callers must not modify what Select and Logs return.
 type Source interface {
 	Now() time.Time
-	Select(metric string) []*twin.Series
-	Logs() []twin.LogLine
+	Select(metric string) []*series.Series
+	Logs() []series.LogLine
 }
 
 // LookbackDelta is how far back an instant selector looks for a sample, as
@@ -25,7 +25,7 @@ const LookbackDelta = 5 * time.Minute
 
 // Point is one element of an instant vector.
 type Point struct {
-	Labels twin.Labels
+	Labels series.Labels
 	V      float64
 	// key caches Labels.String() when the point came straight from a
 	// series; empty means compute it.
@@ -61,7 +61,7 @@ func Selector(src Source, metric string, matchers map[string]string) Expr {
 // Increase is PromQL's increase(metric[window]) without extrapolation: the
 // growth of a counter over the window, counting resets as restarts from 0.
 func Increase(src Source, metric string, matchers map[string]string, window time.Duration) Expr {
-	return overTime(src, metric, matchers, window, 0, func(w []twin.Sample) (float64, bool) {
+	return overTime(src, metric, matchers, window, 0, func(w []series.Sample) (float64, bool) {
 		if len(w) < 2 {
 			return 0, false
 		}
@@ -81,7 +81,7 @@ func Increase(src Source, metric string, matchers map[string]string, window time
 // looked like before now, skipping the recent past so a fault in progress
 // does not drag its own baseline down.
 func Baseline(src Source, metric string, matchers map[string]string, from, to time.Duration) Expr {
-	return overTime(src, metric, matchers, from, to, func(w []twin.Sample) (float64, bool) {
+	return overTime(src, metric, matchers, from, to, func(w []series.Sample) (float64, bool) {
 		vs := make([]float64, len(w))
 		for i, x := range w {
 			vs[i] = x.V
@@ -259,7 +259,7 @@ func For(e Expr, d, step time.Duration) Expr {
 func aggregate(e Expr, by []string, f func([]float64) float64) Expr {
 	return func(t time.Time) Vector {
 		groups := map[string][]float64{}
-		labels := map[string]twin.Labels{}
+		labels := map[string]series.Labels{}
 		for _, p := range e(t) {
 			k := groupKey(p.Labels, by)
 			groups[k] = append(groups[k], p.V)
@@ -294,7 +294,7 @@ func compare(a float64, op string, b float64) bool {
 	return false
 }
 
-func matches(ls twin.Labels, m map[string]string) bool {
+func matches(ls series.Labels, m map[string]string) bool {
 	for k, v := range m {
 		if ls.Get(k) != v {
 			return false
@@ -305,27 +305,27 @@ func matches(ls twin.Labels, m map[string]string) bool {
 
 // at returns the newest sample at or before t and after t-lookback; a
 // staleness marker there means the series is gone.
-func at(s []twin.Sample, t time.Time, lookback time.Duration) (twin.Sample, bool) {
+func at(s []series.Sample, t time.Time, lookback time.Duration) (series.Sample, bool) {
 	ms := t.UnixMilli()
 	i := sort.Search(len(s), func(i int) bool { return s[i].T > ms })
-	if i == 0 || s[i-1].T <= ms-lookback.Milliseconds() || twin.IsStale(s[i-1].V) {
-		return twin.Sample{}, false
+	if i == 0 || s[i-1].T <= ms-lookback.Milliseconds() || series.IsStale(s[i-1].V) {
+		return series.Sample{}, false
 	}
 	return s[i-1], true
 }
 
 // window_ returns the samples with from < T <= to, without staleness
 // markers (range functions ignore them, as PromQL's do).
-func window_(s []twin.Sample, from, to time.Time) []twin.Sample {
+func window_(s []series.Sample, from, to time.Time) []series.Sample {
 	lo := sort.Search(len(s), func(i int) bool { return s[i].T > from.UnixMilli() })
 	hi := sort.Search(len(s), func(i int) bool { return s[i].T > to.UnixMilli() })
 	w := s[lo:hi]
 	for i, x := range w {
-		if twin.IsStale(x.V) {
+		if series.IsStale(x.V) {
 			// Rare: copy only when a marker is present.
 			out := slices.Clone(w[:i])
 			for _, y := range w[i:] {
-				if !twin.IsStale(y.V) {
+				if !series.IsStale(y.V) {
 					out = append(out, y)
 				}
 			}
@@ -349,7 +349,7 @@ func median(vs []float64) float64 {
 }
 
 // key identifies a label set, or only the on labels when on is non-empty.
-func key(ls twin.Labels, on []string) string {
+func key(ls series.Labels, on []string) string {
 	if len(on) == 0 {
 		return ls.String()
 	}
@@ -358,12 +358,12 @@ func key(ls twin.Labels, on []string) string {
 
 // groupKey identifies an aggregation group: unlike key, no by labels means
 // one group for everything, as PromQL's `count by () (e)` is.
-func groupKey(ls twin.Labels, by []string) string {
+func groupKey(ls series.Labels, by []string) string {
 	return keep(ls, by).String()
 }
 
-func keep(ls twin.Labels, names []string) twin.Labels {
-	var out twin.Labels
+func keep(ls series.Labels, names []string) series.Labels {
+	var out series.Labels
 	for _, l := range ls {
 		if slices.Contains(names, l.Name) {
 			out = append(out, l)
@@ -424,7 +424,7 @@ func Age(e Expr) Expr {
 // AvgOverTime is PromQL's avg_over_time(metric[window]): the mean of each
 // series' samples in (t-window, t].
 func AvgOverTime(src Source, metric string, matchers map[string]string, window time.Duration) Expr {
-	return overTime(src, metric, matchers, window, 0, func(w []twin.Sample) (float64, bool) {
+	return overTime(src, metric, matchers, window, 0, func(w []series.Sample) (float64, bool) {
 		sum := 0.0
 		for _, x := range w {
 			sum += x.V
@@ -435,7 +435,7 @@ func AvgOverTime(src Source, metric string, matchers map[string]string, window t
 
 // overTime applies a range function to each matching series' samples in
 // (t-from, t-to]; reduce reports false to leave the series out.
-func overTime(src Source, metric string, matchers map[string]string, from, to time.Duration, reduce func([]twin.Sample) (float64, bool)) Expr {
+func overTime(src Source, metric string, matchers map[string]string, from, to time.Duration, reduce func([]series.Sample) (float64, bool)) Expr {
 	return func(t time.Time) Vector {
 		var out Vector
 		for _, s := range src.Select(metric) {

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/probe"
-	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
 // check evaluates e at t and compares the rendered vector with want.
@@ -25,7 +25,7 @@ func TestSelector(t *testing.T) {
 	t.Parallel()
 	a := lbl("Hostname", "n1", "gpu", "0")
 	b := lbl("Hostname", "n1", "gpu", "1")
-	src := &fakeSource{series: []*twin.Series{
+	src := &fakeSource{series: []*series.Series{
 		ser("m", a, smp(t0, 1), smp(t0.Add(15*time.Second), 2), smp(t0.Add(30*time.Second), 3)),
 		ser("m", b, smp(t0, 10)),
 		ser("other", a, smp(t0, 99)),
@@ -63,7 +63,7 @@ func TestIncrease(t *testing.T) {
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
 	tests := []struct {
 		name     string
-		samples  []twin.Sample
+		samples  []series.Sample
 		matchers map[string]string
 		window   time.Duration
 		at       time.Time
@@ -71,25 +71,25 @@ func TestIncrease(t *testing.T) {
 	}{
 		{
 			name:    "growth over the window",
-			samples: []twin.Sample{smp(at(0), 0), smp(at(15*time.Second), 10), smp(at(30*time.Second), 20), smp(at(45*time.Second), 30)},
+			samples: []series.Sample{smp(at(0), 0), smp(at(15*time.Second), 10), smp(at(30*time.Second), 20), smp(at(45*time.Second), 30)},
 			window:  time.Minute, at: at(45 * time.Second),
 			want: []string{`{gpu="0"}=30`},
 		},
 		{
 			name:    "window is left-open",
-			samples: []twin.Sample{smp(at(0), 0), smp(at(15*time.Second), 10), smp(at(30*time.Second), 20), smp(at(45*time.Second), 30)},
+			samples: []series.Sample{smp(at(0), 0), smp(at(15*time.Second), 10), smp(at(30*time.Second), 20), smp(at(45*time.Second), 30)},
 			window:  45 * time.Second, at: at(45 * time.Second),
 			want: []string{`{gpu="0"}=20`},
 		},
 		{
 			name:    "samples after t are ignored",
-			samples: []twin.Sample{smp(at(0), 0), smp(at(15*time.Second), 10), smp(at(30*time.Second), 500)},
+			samples: []series.Sample{smp(at(0), 0), smp(at(15*time.Second), 10), smp(at(30*time.Second), 500)},
 			window:  time.Minute, at: at(20 * time.Second),
 			want: []string{`{gpu="0"}=10`},
 		},
 		{
 			name:    "reset counts as a restart from zero",
-			samples: []twin.Sample{smp(at(0), 5), smp(at(15*time.Second), 8), smp(at(30*time.Second), 2), smp(at(45*time.Second), 4)},
+			samples: []series.Sample{smp(at(0), 5), smp(at(15*time.Second), 8), smp(at(30*time.Second), 2), smp(at(45*time.Second), 4)},
 			window:  time.Minute, at: at(45 * time.Second),
 			want: []string{`{gpu="0"}=7`}, // 3, then 2 from zero, then 2
 		},
@@ -98,31 +98,31 @@ func TestIncrease(t *testing.T) {
 			// (20 over 30s of a 1m window would read about 40); this
 			// one deliberately reports only the growth it saw.
 			name:    "no extrapolation to the window edges, unlike PromQL",
-			samples: []twin.Sample{smp(at(15*time.Second), 10), smp(at(30*time.Second), 20), smp(at(45*time.Second), 30)},
+			samples: []series.Sample{smp(at(15*time.Second), 10), smp(at(30*time.Second), 20), smp(at(45*time.Second), 30)},
 			window:  time.Minute, at: at(45 * time.Second),
 			want: []string{`{gpu="0"}=20`},
 		},
 		{
 			name:    "one sample in the window gives no point",
-			samples: []twin.Sample{smp(at(0), 0), smp(at(15*time.Second), 10)},
+			samples: []series.Sample{smp(at(0), 0), smp(at(15*time.Second), 10)},
 			window:  10 * time.Second, at: at(15 * time.Second),
 			want: nil,
 		},
 		{
 			name:    "no sample in the window gives no point",
-			samples: []twin.Sample{smp(at(0), 0), smp(at(15*time.Second), 10)},
+			samples: []series.Sample{smp(at(0), 0), smp(at(15*time.Second), 10)},
 			window:  time.Minute, at: at(10 * time.Minute),
 			want: nil,
 		},
 		{
 			name:    "flat counter increases by zero",
-			samples: []twin.Sample{smp(at(0), 7), smp(at(15*time.Second), 7)},
+			samples: []series.Sample{smp(at(0), 7), smp(at(15*time.Second), 7)},
 			window:  time.Minute, at: at(15 * time.Second),
 			want: []string{`{gpu="0"}=0`},
 		},
 		{
 			name:     "matchers restrict the series",
-			samples:  []twin.Sample{smp(at(0), 0), smp(at(15*time.Second), 10)},
+			samples:  []series.Sample{smp(at(0), 0), smp(at(15*time.Second), 10)},
 			matchers: map[string]string{"gpu": "1"},
 			window:   time.Minute, at: at(15 * time.Second),
 			want: nil,
@@ -131,7 +131,7 @@ func TestIncrease(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			src := &fakeSource{series: []*twin.Series{ser("c", ls, tt.samples...)}}
+			src := &fakeSource{series: []*series.Series{ser("c", ls, tt.samples...)}}
 			check(t, probe.Increase(src, "c", tt.matchers, tt.window), tt.at, tt.want)
 		})
 	}
@@ -140,7 +140,7 @@ func TestIncrease(t *testing.T) {
 func TestAvgOverTime(t *testing.T) {
 	t.Parallel()
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	src := &fakeSource{series: []*twin.Series{
+	src := &fakeSource{series: []*series.Series{
 		ser("m", lbl("job", "a"), smp(at(0), 100), smp(at(15*time.Second), 1), smp(at(30*time.Second), 2), smp(at(45*time.Second), 6)),
 		ser("m", lbl("job", "b"), smp(at(-time.Hour), 5)),
 	}}
@@ -172,21 +172,21 @@ func TestBaseline(t *testing.T) {
 	m := func(d time.Duration) time.Time { return t0.Add(-d) } // d before t0
 	tests := []struct {
 		name    string
-		samples []twin.Sample
+		samples []series.Sample
 		want    []string
 	}{
-		{"median of an odd count", []twin.Sample{smp(m(25*time.Minute), 1), smp(m(20*time.Minute), 5), smp(m(15*time.Minute), 3)}, []string{`{gpu="0"}=3`}},
-		{"median of an even count is the mean of the middle two", []twin.Sample{smp(m(25*time.Minute), 1), smp(m(20*time.Minute), 10), smp(m(15*time.Minute), 2), smp(m(12*time.Minute), 3)}, []string{`{gpu="0"}=2.5`}},
-		{"recent past is skipped", []twin.Sample{smp(m(20*time.Minute), 100), smp(m(5*time.Minute), 1), smp(m(0), 1)}, []string{`{gpu="0"}=100`}},
-		{"older than from is skipped", []twin.Sample{smp(m(31*time.Minute), 1), smp(m(20*time.Minute), 100)}, []string{`{gpu="0"}=100`}},
+		{"median of an odd count", []series.Sample{smp(m(25*time.Minute), 1), smp(m(20*time.Minute), 5), smp(m(15*time.Minute), 3)}, []string{`{gpu="0"}=3`}},
+		{"median of an even count is the mean of the middle two", []series.Sample{smp(m(25*time.Minute), 1), smp(m(20*time.Minute), 10), smp(m(15*time.Minute), 2), smp(m(12*time.Minute), 3)}, []string{`{gpu="0"}=2.5`}},
+		{"recent past is skipped", []series.Sample{smp(m(20*time.Minute), 100), smp(m(5*time.Minute), 1), smp(m(0), 1)}, []string{`{gpu="0"}=100`}},
+		{"older than from is skipped", []series.Sample{smp(m(31*time.Minute), 1), smp(m(20*time.Minute), 100)}, []string{`{gpu="0"}=100`}},
 		// The window is (t-from, t-to], like a range selector with offset.
-		{"window edges", []twin.Sample{smp(m(30*time.Minute), 1), smp(m(10*time.Minute), 100)}, []string{`{gpu="0"}=100`}},
-		{"empty window gives no point", []twin.Sample{smp(m(5*time.Minute), 1)}, nil},
+		{"window edges", []series.Sample{smp(m(30*time.Minute), 1), smp(m(10*time.Minute), 100)}, []string{`{gpu="0"}=100`}},
+		{"empty window gives no point", []series.Sample{smp(m(5*time.Minute), 1)}, nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			src := &fakeSource{series: []*twin.Series{ser("m", ls, tt.samples...)}}
+			src := &fakeSource{series: []*series.Series{ser("m", ls, tt.samples...)}}
 			check(t, probe.Baseline(src, "m", nil, 30*time.Minute, 10*time.Minute), t0, tt.want)
 		})
 	}
@@ -372,7 +372,7 @@ func TestMaxOverMedianBy(t *testing.T) {
 
 func TestMaxSeenCountBy(t *testing.T) {
 	t.Parallel()
-	src := &fakeSource{series: []*twin.Series{
+	src := &fakeSource{series: []*series.Series{
 		ser("m", lbl("Hostname", "n1", "gpu", "0"), smp(t0, 1), smp(t0.Add(time.Hour), 1)),
 		// Vanished long ago: still counted, it is what the node had.
 		ser("m", lbl("Hostname", "n1", "gpu", "1"), smp(t0.Add(-time.Hour), 1)),
@@ -406,7 +406,7 @@ func TestFor(t *testing.T) {
 			}
 			s.Samples = append(s.Samples, smp(at, v))
 		}
-		return &fakeSource{series: []*twin.Series{s}}
+		return &fakeSource{series: []*series.Series{s}}
 	}
 	fires := []string{`{gpu="0"}=1`}
 	tests := []struct {

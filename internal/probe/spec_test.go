@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
-	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 )
 
@@ -17,11 +17,11 @@ func dur(d time.Duration) v1alpha1.Duration { return v1alpha1.Duration{Duration:
 
 func TestFromSpec(t *testing.T) {
 	t.Parallel()
-	hot := scenario{series: []*twin.Series{
+	hot := scenario{series: []*series.Series{
 		h(temp, gpu("n1", 3), recent(2*time.Minute, 90, 70)),
 		h(temp, gpu("n2", 1), recent(2*time.Minute, 95, 70)),
 	}}
-	xidLog := scenario{logs: []twin.LogLine{
+	xidLog := scenario{logs: []series.LogLine{
 		{Time: now.Add(-time.Minute), Node: "n1", Priority: 3, Text: xid.FormatLine("0000:18:00", 79, -1, "", "")},
 		{Time: now.Add(-30 * time.Second), Node: "n2", Priority: 6, Text: "systemd[1]: Started foo.service"},
 	}}
@@ -81,20 +81,20 @@ func TestFromSpec(t *testing.T) {
 			// lookback.
 			name: "absent without for uses the lookback", probe: "gone",
 			spec:     v1alpha1.ProbeSpec{Threshold: &v1alpha1.ThresholdProbe{Metric: temp, Absent: true}},
-			sc:       scenario{series: []*twin.Series{h(temp, gpu("n1", 0), goneFor(6*time.Minute, 60))}},
+			sc:       scenario{series: []*series.Series{h(temp, gpu("n1", 0), goneFor(6*time.Minute, 60))}},
 			wantName: "gone", holds: true, want: []probe.Subject{{}},
 		},
 		{
 			// absent_over_time(m[10m]): the same series was seen 6m ago.
 			name: "absent with for looks back that far", probe: "gone",
 			spec:     v1alpha1.ProbeSpec{Threshold: &v1alpha1.ThresholdProbe{Metric: temp, Absent: true, For: dur(10 * time.Minute)}},
-			sc:       scenario{series: []*twin.Series{h(temp, gpu("n1", 0), goneFor(6*time.Minute, 60))}},
+			sc:       scenario{series: []*series.Series{h(temp, gpu("n1", 0), goneFor(6*time.Minute, 60))}},
 			wantName: "gone",
 		},
 		{
 			name: "absent with a for shorter than the lookback", probe: "gone",
 			spec:     v1alpha1.ProbeSpec{Threshold: &v1alpha1.ThresholdProbe{Metric: temp, Absent: true, For: dur(time.Minute)}},
-			sc:       scenario{series: []*twin.Series{h(temp, gpu("n1", 0), goneFor(2*time.Minute, 60))}},
+			sc:       scenario{series: []*series.Series{h(temp, gpu("n1", 0), goneFor(2*time.Minute, 60))}},
 			wantName: "gone", holds: true, want: []probe.Subject{{}},
 		},
 		{

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
-	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
 // The series a training job exports (the reference workload, its
@@ -135,14 +135,14 @@ type judgment struct {
 // jobView is a job's series.
 type jobView struct {
 	job                                 string
-	step, rate, ckpt, resumed, restarts []*twin.Series
-	interval                            []*twin.Series
-	resumedByKey                        map[string]*twin.Series
+	step, rate, ckpt, resumed, restarts []*series.Series
+	interval                            []*series.Series
+	resumedByKey                        map[string]*series.Series
 }
 
 // jobOf reads the job a series belongs to: the exported_job label where a
 // Prometheus server renamed the exporter's own job label, else job.
-func jobOf(ls twin.Labels) string {
+func jobOf(ls series.Labels) string {
 	if v := ls.Get("exported_job"); v != "" {
 		return v
 	}
@@ -150,8 +150,8 @@ func jobOf(ls twin.Labels) string {
 }
 
 func (p *workloadProbe) view(job string) jobView {
-	sel := func(metric string) []*twin.Series {
-		var out []*twin.Series
+	sel := func(metric string) []*series.Series {
+		var out []*series.Series
 		for _, s := range p.src.Select(metric) {
 			if jobOf(s.Labels) == job {
 				out = append(out, s)
@@ -160,7 +160,7 @@ func (p *workloadProbe) view(job string) jobView {
 		return out
 	}
 	v := jobView{job: job, step: sel(jobStepTotal), rate: sel(jobStepRate), ckpt: sel(jobCheckpointStep),
-		resumed: sel(jobResumedFrom), restarts: sel(jobRestartsTotal), interval: sel(jobCkptInterval), resumedByKey: map[string]*twin.Series{}}
+		resumed: sel(jobResumedFrom), restarts: sel(jobRestartsTotal), interval: sel(jobCkptInterval), resumedByKey: map[string]*series.Series{}}
 	for _, s := range v.resumed {
 		v.resumedByKey[s.LabelKey()] = s
 	}
@@ -212,7 +212,7 @@ func findRestart(v jobView, t0 int64) (restart, error) {
 	for _, s := range v.restarts {
 		base, _ := lastBefore(s.Samples, t0+1)
 		for _, x := range after(s.Samples, t0) {
-			if !twin.IsStale(x.V) && x.V > base {
+			if !series.IsStale(x.V) && x.V > base {
 				r.at = min(r.at, x.T)
 				break
 			}
@@ -220,7 +220,7 @@ func findRestart(v jobView, t0 int64) (restart, error) {
 	}
 	// A step going back, or a new resumed-from step, is a new process.
 	for _, g := range []struct {
-		series  []*twin.Series
+		series  []*series.Series
 		changed func(x, prev float64) bool
 	}{
 		{v.step, func(x, prev float64) bool { return x < prev }},
@@ -229,7 +229,7 @@ func findRestart(v jobView, t0 int64) (restart, error) {
 		for _, s := range g.series {
 			prev, ok := lastBefore(s.Samples, t0+1)
 			for _, x := range after(s.Samples, t0) {
-				if twin.IsStale(x.V) {
+				if series.IsStale(x.V) {
 					continue
 				}
 				if ok && g.changed(x.V, prev) {
@@ -250,7 +250,7 @@ func findRestart(v jobView, t0 int64) (restart, error) {
 			continue
 		}
 		for _, x := range after(s.Samples, r.at-1) {
-			if twin.IsStale(x.V) {
+			if series.IsStale(x.V) {
 				continue
 			}
 			from, ok := lastBefore(rs.Samples, x.T+1)
@@ -271,10 +271,10 @@ func findRestart(v jobView, t0 int64) (restart, error) {
 			if x.T >= r.at {
 				break
 			}
-			if !twin.IsStale(x.V) && x.V == 0 {
+			if !series.IsStale(x.V) && x.V == 0 {
 				r.sawNone = true
 			}
-			if !twin.IsStale(x.V) && x.V > 0 && !seen[x.V] {
+			if !series.IsStale(x.V) && x.V > 0 && !seen[x.V] {
 				seen[x.V] = true
 				r.ckpts = append(r.ckpts, x.V)
 			}
@@ -380,7 +380,7 @@ func jobRates(v jobView, from, to int64) []ratePoint {
 			if x.T > from && x.T <= to {
 				ts = append(ts, x.T)
 			}
-			if !twin.IsStale(x.V) {
+			if !series.IsStale(x.V) {
 				if prev >= 0 {
 					gaps = append(gaps, x.T-prev)
 				}
@@ -406,7 +406,7 @@ func jobRates(v jobView, from, to int64) []ratePoint {
 				continue
 			}
 			x := s.Samples[i-1]
-			if twin.IsStale(x.V) || x.T < t-fresh {
+			if series.IsStale(x.V) || x.T < t-fresh {
 				continue
 			}
 			rate = math.Min(rate, x.V)
@@ -533,7 +533,7 @@ func (p *workloadProbe) rateRecovered(v jobView, a Anchor, now time.Time) (judgm
 	var ts []int64
 	for _, s := range v.step {
 		for _, x := range after(s.Samples, lastDip+hold-1) {
-			if x.T <= now.UnixMilli() && !twin.IsStale(x.V) {
+			if x.T <= now.UnixMilli() && !series.IsStale(x.V) {
 				ts = append(ts, x.T)
 			}
 		}
@@ -593,7 +593,7 @@ func newestStep(v jobView, t int64) (float64, int64, bool) {
 	best := 0.0
 	for _, s := range v.step {
 		i := sort.Search(len(s.Samples), func(i int) bool { return s.Samples[i].T > t })
-		for i > 0 && twin.IsStale(s.Samples[i-1].V) {
+		for i > 0 && series.IsStale(s.Samples[i-1].V) {
 			i--
 		}
 		if i == 0 {
@@ -613,7 +613,7 @@ func oldestStep(v jobView, t int64) (float64, int64, bool) {
 	best := 0.0
 	for _, s := range v.step {
 		for _, x := range after(s.Samples, t) {
-			if !twin.IsStale(x.V) {
+			if !series.IsStale(x.V) {
 				if x.T < bestT {
 					bestT, best = x.T, x.V
 				}
@@ -625,11 +625,11 @@ func oldestStep(v jobView, t int64) (float64, int64, bool) {
 }
 
 // lastBefore is the value of the newest non-stale sample before t.
-func lastBefore(s []twin.Sample, t int64) (float64, bool) {
+func lastBefore(s []series.Sample, t int64) (float64, bool) {
 	i := sort.Search(len(s), func(i int) bool { return s[i].T >= t })
 	for i > 0 {
 		i--
-		if !twin.IsStale(s[i].V) {
+		if !series.IsStale(s[i].V) {
 			return s[i].V, true
 		}
 	}
@@ -637,6 +637,6 @@ func lastBefore(s []twin.Sample, t int64) (float64, bool) {
 }
 
 // after returns the samples later than t.
-func after(s []twin.Sample, t int64) []twin.Sample {
+func after(s []series.Sample, t int64) []series.Sample {
 	return s[sort.Search(len(s), func(i int) bool { return s[i].T > t }):]
 }

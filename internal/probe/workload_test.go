@@ -9,7 +9,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
-	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
 // jobSim plays a training job the way the reference workload exports it:
@@ -20,8 +20,8 @@ import (
 // fast it steps. The truth it records is what the probe must find.
 type jobSim struct {
 	src                          *fakeSource
-	step, ckpt, resumed, restart *twin.Series
-	rate                         *twin.Series
+	step, ckpt, resumed, restart *series.Series
+	rate                         *series.Series
 	// truth
 	lastBeforeKill, resumedFrom float64
 	resumeAt                    time.Time
@@ -50,8 +50,8 @@ func simulate(until time.Duration, mode func(sec int) simMode) *jobSim {
 		if m.down {
 			if !wasDown {
 				js.lastBeforeKill = step
-				for _, s := range []*twin.Series{js.step, js.rate, js.ckpt, js.resumed} {
-					s.Samples = append(s.Samples, smp(t, twin.StaleNaN))
+				for _, s := range []*series.Series{js.step, js.rate, js.ckpt, js.resumed} {
+					s.Samples = append(s.Samples, smp(t, series.StaleNaN))
 				}
 			}
 			wasDown = true
@@ -94,7 +94,7 @@ func simulate(until time.Duration, mode func(sec int) simMode) *jobSim {
 		js.resumed.Samples = append(js.resumed.Samples, smp(t, resumed))
 		js.restart.Samples = append(js.restart.Samples, smp(t, restarts))
 	}
-	js.src = &fakeSource{now: t0.Add(until), series: []*twin.Series{js.step, js.rate, js.ckpt, js.resumed, js.restart}}
+	js.src = &fakeSource{now: t0.Add(until), series: []*series.Series{js.step, js.rate, js.ckpt, js.resumed, js.restart}}
 	return js
 }
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/promeval"
-	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
 // equivalenceRules exercise what could make a range query differ from
@@ -149,7 +149,7 @@ func sameIntervals(a, b []promeval.Interval) bool {
 
 // compareRecorded reports differences and returns how many staleness
 // markers the series hold.
-func compareRecorded(t *testing.T, fast, slow map[string][]*twin.Series) int {
+func compareRecorded(t *testing.T, fast, slow map[string][]*series.Series) int {
 	t.Helper()
 	if len(fast) != len(slow) {
 		t.Errorf("range path recorded %d names, instant path %d", len(fast), len(slow))
@@ -168,10 +168,10 @@ func compareRecorded(t *testing.T, fast, slow map[string][]*twin.Series) int {
 			}
 			for j, a := range fs[i].Samples {
 				b := ss[i].Samples[j]
-				if twin.IsStale(a.V) {
+				if series.IsStale(a.V) {
 					stale++
 				}
-				if a.T != b.T || math.Float64bits(a.V) != math.Float64bits(b.V) && !(math.IsNaN(a.V) && math.IsNaN(b.V) && twin.IsStale(a.V) == twin.IsStale(b.V)) {
+				if a.T != b.T || math.Float64bits(a.V) != math.Float64bits(b.V) && !(math.IsNaN(a.V) && math.IsNaN(b.V) && series.IsStale(a.V) == series.IsStale(b.V)) {
 					t.Errorf("%s%s: sample %d: range %v, instant %v", name, fs[i].LabelKey(), j, a, b)
 					break
 				}

@@ -15,7 +15,7 @@ import (
 	"github.com/prometheus/prometheus/storage"
 
 	"github.com/gpuchaos/gpuchaos/internal/rules"
-	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
 const (
@@ -84,7 +84,7 @@ type Alert struct {
 	// the expression's result labels without __name__, the rule's labels
 	// applied over them and alertname. Templated rule label values are not
 	// expanded.
-	Labels twin.Labels
+	Labels series.Labels
 	// ActiveAt is the first evaluation at which the alert was pending.
 	ActiveAt time.Time
 	// Firing lists when it fired, in time order.
@@ -130,7 +130,7 @@ type Result struct {
 	// Recorded are the series each recording rule wrote, by record name,
 	// sorted by labels. They carry staleness markers where a series stopped
 	// being returned, as Prometheus writes them.
-	Recorded map[string][]*twin.Series
+	Recorded map[string][]*series.Series
 	// Errors lists the rules that failed to evaluate at some timestamps.
 	Errors []*RuleError
 
@@ -156,7 +156,7 @@ func (r *Result) AlertsOf(rule *rules.Rule) []*Alert {
 // FirstFiring returns the earliest time at or after from at which an alert
 // of rule (any rule when nil) whose labels satisfy match (any labels when
 // nil) was firing. An alert already firing at from counts at from.
-func (r *Result) FirstFiring(rule *rules.Rule, from time.Time, match func(twin.Labels) bool) (time.Time, bool) {
+func (r *Result) FirstFiring(rule *rules.Rule, from time.Time, match func(series.Labels) bool) (time.Time, bool) {
 	var best time.Time
 	found := false
 	alerts := r.Alerts
@@ -271,7 +271,7 @@ func newEvaluator(set *rules.Set, src Source, start time.Time, opts Options, onl
 			rs.active = map[string]*alertState{}
 			rs.alerts = map[string]*Alert{}
 		} else {
-			rs.recorded = map[string]*twin.Series{}
+			rs.recorded = map[string]*series.Series{}
 			rs.live = map[string]bool{}
 		}
 		g.rules = append(g.rules, rs)
@@ -496,7 +496,7 @@ func (e *evaluator) advanceStepped(ctx context.Context, toMs int64) error {
 
 // result collects what the evaluation produced so far.
 func (e *evaluator) result() *Result {
-	res := &Result{Recorded: map[string][]*twin.Series{}}
+	res := &Result{Recorded: map[string][]*series.Series{}}
 	for _, rs := range e.rules {
 		if rs.err != nil {
 			res.Errors = append(res.Errors, rs.err)
@@ -512,7 +512,7 @@ func (e *evaluator) result() *Result {
 		for _, s := range rs.recorded {
 			list = append(list, s)
 		}
-		slices.SortFunc(list, func(a, b *twin.Series) int { return strings.Compare(a.LabelKey(), b.LabelKey()) })
+		slices.SortFunc(list, func(a, b *series.Series) int { return strings.Compare(a.LabelKey(), b.LabelKey()) })
 		res.Recorded[rs.rule.Name] = list
 	}
 	return res
@@ -538,7 +538,7 @@ type ruleState struct {
 
 	// Recording rules: series by labels key, and which were returned by
 	// the last successful evaluation.
-	recorded map[string]*twin.Series
+	recorded map[string]*series.Series
 	live     map[string]bool
 
 	err *RuleError
@@ -557,7 +557,7 @@ type alertState struct {
 // alert's or recorded series' labels and their key.
 type output struct {
 	key    string
-	labels twin.Labels
+	labels series.Labels
 }
 
 type item struct {
@@ -727,13 +727,13 @@ func (rs *ruleState) output(metric labels.Labels) *output {
 		b.Set(labels.AlertName, rs.rule.Name)
 	}
 	ls := b.Labels()
-	out := make(twin.Labels, 0, ls.Len())
+	out := make(series.Labels, 0, ls.Len())
 	ls.Range(func(l labels.Label) {
 		if l.Name != labels.MetricName {
-			out = append(out, twin.Label{Name: l.Name, Value: l.Value})
+			out = append(out, series.Label{Name: l.Name, Value: l.Value})
 		}
 	})
-	// labels.Labels sort by byte order as twin.Labels do.
+	// labels.Labels sort by byte order as series.Labels do.
 	return &output{key: out.String(), labels: out}
 }
 
@@ -809,16 +809,16 @@ func (rs *ruleState) recordStep(ms int64, items []item) {
 	for _, it := range items {
 		s := rs.recorded[it.out.key]
 		if s == nil {
-			s = &twin.Series{Metric: rs.rule.Name, Labels: it.out.labels}
+			s = &series.Series{Metric: rs.rule.Name, Labels: it.out.labels}
 			rs.recorded[it.out.key] = s
 			rs.st.add(s, rs.ord)
 		}
-		s.Samples = append(s.Samples, twin.Sample{T: ms, V: it.v})
+		s.Samples = append(s.Samples, series.Sample{T: ms, V: it.v})
 		rs.live[it.out.key] = true
 	}
 	for k := range rs.live {
 		if s := rs.recorded[k]; s.Samples[len(s.Samples)-1].T != ms {
-			s.Samples = append(s.Samples, twin.Sample{T: ms, V: twin.StaleNaN})
+			s.Samples = append(s.Samples, series.Sample{T: ms, V: series.StaleNaN})
 			delete(rs.live, k)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/promeval"
-	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
 // The twin scrapes every 30s and the rules run every 15s, both aligned to
@@ -361,7 +361,7 @@ func checkExpect(t *testing.T, res *promeval.Result, t0 time.Time, e expect) {
 		} else if resolved != e.resolved {
 			t.Errorf("%s: %s resolved at T%+v, want T%+v (0: still firing)", e.alert, a.Labels, resolved, e.resolved)
 		}
-		if ft, ok := res.FirstFiring(a.Rule, t0, func(ls twin.Labels) bool { return ls.Get("gpu") == e.gpu }); !ok || !ft.Equal(a.Firing[0].From) {
+		if ft, ok := res.FirstFiring(a.Rule, t0, func(ls series.Labels) bool { return ls.Get("gpu") == e.gpu }); !ok || !ft.Equal(a.Firing[0].From) {
 			t.Errorf("%s: FirstFiring = %v, %v; want %v", e.alert, ft, ok, a.Firing[0].From)
 		}
 	}

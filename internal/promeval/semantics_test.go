@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/promeval"
 	"github.com/gpuchaos/gpuchaos/internal/rules"
-	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
 // t0 is aligned to the 15s evaluation grid.
@@ -19,35 +19,35 @@ var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 // fixedSource is a hand-written Source: the state machine tests need
 // values step by step, which the twin's physics would not give exactly.
-type fixedSource []*twin.Series
+type fixedSource []*series.Series
 
-func (f fixedSource) Series() []*twin.Series { return f }
+func (f fixedSource) Series() []*series.Series { return f }
 
-// series builds a series in promqltest's spirit: `metric{a="1"}` and
+// mkSeries builds a series in promqltest's spirit: `metric{a="1"}` and
 // space-separated values one per 15s from t0, `_` for no sample and
 // `stale` for a staleness marker.
-func series(t testing.TB, desc, values string) *twin.Series {
+func mkSeries(t testing.TB, desc, values string) *series.Series {
 	t.Helper()
 	name, rest, _ := strings.Cut(desc, "{")
-	s := &twin.Series{Metric: name}
+	s := &series.Series{Metric: name}
 	for _, kv := range strings.Split(strings.TrimSuffix(rest, "}"), ",") {
 		if k, v, ok := strings.Cut(kv, "="); ok {
-			s.Labels = append(s.Labels, twin.Label{Name: k, Value: strings.Trim(v, `"`)})
+			s.Labels = append(s.Labels, series.Label{Name: k, Value: strings.Trim(v, `"`)})
 		}
 	}
-	slices.SortFunc(s.Labels, func(a, b twin.Label) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(s.Labels, func(a, b series.Label) int { return strings.Compare(a.Name, b.Name) })
 	for i, f := range strings.Fields(values) {
 		ts := t0.Add(time.Duration(i) * 15 * time.Second).UnixMilli()
 		switch f {
 		case "_":
 		case "stale":
-			s.Samples = append(s.Samples, twin.Sample{T: ts, V: twin.StaleNaN})
+			s.Samples = append(s.Samples, series.Sample{T: ts, V: series.StaleNaN})
 		default:
 			v, err := strconv.ParseFloat(f, 64)
 			if err != nil {
 				t.Fatal(err)
 			}
-			s.Samples = append(s.Samples, twin.Sample{T: ts, V: v})
+			s.Samples = append(s.Samples, series.Sample{T: ts, V: v})
 		}
 	}
 	return s
@@ -132,7 +132,7 @@ func TestAlertStateMachine(t *testing.T) {
 			t.Parallel()
 			var src fixedSource
 			for i := 0; i+1 < len(tc.series); i += 2 {
-				src = append(src, series(t, tc.series[i], tc.series[i+1]))
+				src = append(src, mkSeries(t, tc.series[i], tc.series[i+1]))
 			}
 			set := load(t, "groups:\n- name: g\n  rules:\n  - alert: A\n    "+tc.rule+"\n")
 			for _, eval := range []struct {
@@ -194,7 +194,7 @@ func offsets(ivs []promeval.Interval) []string {
 // record).
 func TestRecordReadBeforeItIsWritten(t *testing.T) {
 	t.Parallel()
-	src := fixedSource{series(t, `x{gpu="0"}`, "0 0 1 1 1 1 1 1 1 1 stale")}
+	src := fixedSource{mkSeries(t, `x{gpu="0"}`, "0 0 1 1 1 1 1 1 1 1 stale")}
 	for _, tc := range []struct{ name, expr string }{
 		{"by name", `gpu:x:max > 0`},
 		{"by regex", `{__name__=~"gpu:x:.*"} > 0`},

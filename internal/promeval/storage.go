@@ -6,24 +6,23 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/gpuchaos/gpuchaos/internal/series"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 	"github.com/prometheus/prometheus/tsdb/chunks"
 	"github.com/prometheus/prometheus/util/annotations"
-
-	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
 // Source is what the evaluator reads series from. *twin.Twin implements it.
 //
 // Series must return the series in a stable order and must not reuse a
-// *twin.Series for a different metric or label set: the storage caches each
+// *series.Series for a different metric or label set: the storage caches each
 // series' labels by pointer. Samples of a series may grow between calls
 // (the twin appends as it scrapes); they are never rewritten.
 type Source interface {
-	Series() []*twin.Series
+	Series() []*series.Series
 }
 
 // Storage is a storage.Queryable over a Source's series plus series added
@@ -38,11 +37,11 @@ type Storage struct {
 	src Source
 	// base indexes the Source's series; rebuilt only when the set of
 	// series changes, which for the twin is never after it is built.
-	base     []*twin.Series
+	base     []*series.Series
 	baseIdx  map[string][]memSeries
 	names    []string // sorted metric names of base and extra
 	extraIdx map[string][]memSeries
-	lcache   map[*twin.Series]labels.Labels
+	lcache   map[*series.Series]labels.Labels
 	// pinned skips re-reading the Source's list of series while an
 	// evaluation runs: the Source does not change then, and copying the
 	// twin's list for every query of every rule was a tenth of what a
@@ -53,7 +52,7 @@ type Storage struct {
 // memSeries is one series as the storage serves it: its labels with
 // __name__, where its samples come from, and which rule recorded it.
 type memSeries struct {
-	s    *twin.Series
+	s    *series.Series
 	lset labels.Labels
 	// owner is the recording rule that writes the series (its index in the
 	// evaluation), or -1 for source series and series added with Add.
@@ -61,8 +60,8 @@ type memSeries struct {
 }
 
 // NewStorage returns a Storage over src (which may be nil) and extra.
-func NewStorage(src Source, extra ...*twin.Series) *Storage {
-	st := &Storage{src: src, extraIdx: map[string][]memSeries{}, lcache: map[*twin.Series]labels.Labels{}}
+func NewStorage(src Source, extra ...*series.Series) *Storage {
+	st := &Storage{src: src, extraIdx: map[string][]memSeries{}, lcache: map[*series.Series]labels.Labels{}}
 	for _, s := range extra {
 		st.add(s, -1)
 	}
@@ -71,13 +70,13 @@ func NewStorage(src Source, extra ...*twin.Series) *Storage {
 
 // Add makes more series visible to later queries. The series must not
 // repeat the metric and labels of a series already present.
-func (st *Storage) Add(series ...*twin.Series) {
-	for _, s := range series {
+func (st *Storage) Add(list ...*series.Series) {
+	for _, s := range list {
 		st.add(s, -1)
 	}
 }
 
-func (st *Storage) add(s *twin.Series, owner int) {
+func (st *Storage) add(s *series.Series, owner int) {
 	ms := memSeries{s: s, lset: st.labelsOf(s), owner: owner}
 	list := st.extraIdx[s.Metric]
 	i, _ := slices.BinarySearchFunc(list, ms.lset, func(e memSeries, l labels.Labels) int { return labels.Compare(e.lset, l) })
@@ -87,7 +86,7 @@ func (st *Storage) add(s *twin.Series, owner int) {
 
 // labelsOf converts a series' labels to Prometheus labels with __name__,
 // once per series.
-func (st *Storage) labelsOf(s *twin.Series) labels.Labels {
+func (st *Storage) labelsOf(s *series.Series) labels.Labels {
 	if l, ok := st.lcache[s]; ok {
 		return l
 	}
@@ -239,13 +238,13 @@ func (q *querier) Select(_ context.Context, sortSeries bool, hints *storage.Sele
 		if shift != 0 {
 			// Only recorded series seen from another group are shifted;
 			// they are few, so a shifted copy is cheap.
-			moved := make([]twin.Sample, len(smp))
+			moved := make([]series.Sample, len(smp))
 			for i, x := range smp {
-				moved[i] = twin.Sample{T: x.T + shift, V: x.V}
+				moved[i] = series.Sample{T: x.T + shift, V: x.V}
 			}
 			smp = moved
 		}
-		out = append(out, &series{lset: s.lset, samples: smp})
+		out = append(out, &storedSeries{lset: s.lset, samples: smp})
 	})
 	// Each name's list is sorted; only a selector spanning names (a regex
 	// on __name__, or base and recorded series sharing a name) needs more.
@@ -306,18 +305,18 @@ func (s *seriesSet) At() storage.Series                { return s.list[s.i] }
 func (s *seriesSet) Err() error                        { return nil }
 func (s *seriesSet) Warnings() annotations.Annotations { return nil }
 
-type series struct {
+type storedSeries struct {
 	lset    labels.Labels
-	samples []twin.Sample
+	samples []series.Sample
 }
 
-func (s *series) Labels() labels.Labels { return s.lset }
+func (s *storedSeries) Labels() labels.Labels { return s.lset }
 
 // Iterator returns an iterator over the series' samples. It reuses
 // Prometheus' list iterator (binary-search Seek) over the samples in place:
 // a sample is handed out as a pointer into the slice, so iterating
 // allocates nothing per sample.
-func (s *series) Iterator(reuse chunkenc.Iterator) chunkenc.Iterator {
+func (s *storedSeries) Iterator(reuse chunkenc.Iterator) chunkenc.Iterator {
 	if it, ok := reuse.(interface{ Reset(storage.Samples) }); ok {
 		it.Reset(sampleList(s.samples))
 		return reuse
@@ -326,14 +325,14 @@ func (s *series) Iterator(reuse chunkenc.Iterator) chunkenc.Iterator {
 }
 
 // sampleList adapts twin samples to storage.Samples.
-type sampleList []twin.Sample
+type sampleList []series.Sample
 
 func (l sampleList) Get(i int) chunks.Sample { return sampleRef{&l[i]} }
 func (l sampleList) Len() int                { return len(l) }
 
 // sampleRef is a float sample seen through chunks.Sample. It holds one
 // pointer, so storing it in an interface does not allocate.
-type sampleRef struct{ p *twin.Sample }
+type sampleRef struct{ p *series.Sample }
 
 func (s sampleRef) T() int64                      { return s.p.T }
 func (s sampleRef) ST() int64                     { return 0 }

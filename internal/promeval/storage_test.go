@@ -13,18 +13,18 @@ import (
 	"github.com/prometheus/prometheus/tsdb/chunkenc"
 
 	"github.com/gpuchaos/gpuchaos/internal/promeval"
-	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
 func storageFixture(t *testing.T) *promeval.Storage {
 	t.Helper()
 	src := fixedSource{
-		series(t, `DCGM_FI_DEV_GPU_TEMP{Hostname="n1",gpu="1"}`, "60 61 62 stale"),
-		series(t, `DCGM_FI_DEV_GPU_TEMP{Hostname="n1",gpu="0"}`, "50 51 52 53"),
-		series(t, `DCGM_FI_DEV_GPU_TEMP{Hostname="n2",gpu="0"}`, "_ _ _ _ 70"),
-		series(t, `DCGM_FI_DEV_POWER_USAGE{Hostname="n1",gpu="0"}`, "300 301"),
+		mkSeries(t, `DCGM_FI_DEV_GPU_TEMP{Hostname="n1",gpu="1"}`, "60 61 62 stale"),
+		mkSeries(t, `DCGM_FI_DEV_GPU_TEMP{Hostname="n1",gpu="0"}`, "50 51 52 53"),
+		mkSeries(t, `DCGM_FI_DEV_GPU_TEMP{Hostname="n2",gpu="0"}`, "_ _ _ _ 70"),
+		mkSeries(t, `DCGM_FI_DEV_POWER_USAGE{Hostname="n1",gpu="0"}`, "300 301"),
 	}
-	return promeval.NewStorage(src, series(t, `node:temp:max{Hostname="n1"}`, "60 61 62 53"))
+	return promeval.NewStorage(src, mkSeries(t, `node:temp:max{Hostname="n1"}`, "60 61 62 53"))
 }
 
 // TestStorageSelect checks matchers, the hinted time range and sorting.
@@ -154,7 +154,7 @@ func TestStorageIterator(t *testing.T) {
 		{"seek", base + 1, chunkenc.ValFloat, base + 15000, 61},
 		{"seek", base, chunkenc.ValFloat, base + 15000, 61}, // never backwards
 		{"next", 0, chunkenc.ValFloat, base + 30000, 62},
-		{"next", 0, chunkenc.ValFloat, base + 45000, twin.StaleNaN},
+		{"next", 0, chunkenc.ValFloat, base + 45000, series.StaleNaN},
 		{"next", 0, chunkenc.ValNone, 0, 0},
 		{"seek", base, chunkenc.ValNone, 0, 0},
 	}
@@ -216,7 +216,7 @@ func TestStorageLabels(t *testing.T) {
 // are then: the twin appends between queries.
 func TestStorageSeesAppends(t *testing.T) {
 	t.Parallel()
-	s := series(t, `up{job="a"}`, "1")
+	s := mkSeries(t, `up{job="a"}`, "1")
 	st := promeval.NewStorage(fixedSource{s})
 	count := func() int {
 		q, _ := st.Querier(math.MinInt64, math.MaxInt64)
@@ -233,11 +233,11 @@ func TestStorageSeesAppends(t *testing.T) {
 	if n := count(); n != 1 {
 		t.Fatalf("%d samples, want 1", n)
 	}
-	s.Samples = append(s.Samples, twin.Sample{T: t0.UnixMilli() + 15000, V: 1})
+	s.Samples = append(s.Samples, series.Sample{T: t0.UnixMilli() + 15000, V: 1})
 	if n := count(); n != 2 {
 		t.Fatalf("after an append: %d samples, want 2", n)
 	}
-	st.Add(series(t, `up{job="b"}`, "1 1 1"))
+	st.Add(mkSeries(t, `up{job="b"}`, "1 1 1"))
 	if n := count(); n != 5 {
 		t.Fatalf("after Add: %d samples, want 5", n)
 	}

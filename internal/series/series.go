@@ -1,4 +1,4 @@
-package twin
+package series
 
 import (
 	"math"
@@ -53,7 +53,7 @@ func (ls Labels) String() string {
 }
 
 // Sample is one scraped value. T is milliseconds since the Unix epoch, as in
-// Prometheus, so the PromQL engine can read the twin's series directly.
+// Prometheus, so the PromQL engine reads series directly.
 type Sample struct {
 	T int64
 	V float64
@@ -76,12 +76,32 @@ type Series struct {
 	labelKey string
 }
 
-// LabelKey returns Labels.String(), computed once for series the twin made.
+// New returns a series with its label key computed once: probes key every
+// evaluation by it.
+func New(metric string, ls Labels) *Series {
+	return &Series{Metric: metric, Labels: ls, labelKey: ls.String()}
+}
+
+// LabelKey returns Labels.String(), computed once for series made by New.
 func (s *Series) LabelKey() string {
 	if s.labelKey == "" {
 		return s.Labels.String()
 	}
 	return s.labelKey
+}
+
+// Append adds a sample at ts (milliseconds since the epoch).
+func (s *Series) Append(ts int64, v float64) {
+	s.Samples = append(s.Samples, Sample{T: ts, V: v})
+}
+
+// MarkStale writes a staleness marker at ts unless the series is already
+// stale or has never been scraped, as a scraper does for a series that
+// left its page.
+func (s *Series) MarkStale(ts int64) {
+	if n := len(s.Samples); n > 0 && !IsStale(s.Samples[n-1].V) {
+		s.Append(ts, StaleNaN)
+	}
 }
 
 // LogLine is one kernel log record of a node, as dmesg would show it.

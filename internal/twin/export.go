@@ -5,27 +5,29 @@ import (
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
 // seriesStore holds every series, by key (metric plus sorted labels), by
 // metric name and in creation order. Series are created once, when the
 // twin is built, so a scrape only appends samples.
 type seriesStore struct {
-	all      []*Series
-	byKey    map[string]*Series
-	byMetric map[string][]*Series
+	all      []*series.Series
+	byKey    map[string]*series.Series
+	byMetric map[string][]*series.Series
 	// gpuMetrics are the enabled per-GPU metrics, in export order.
 	gpuMetrics []gpuMetric
 }
 
 type nodeSeries struct {
-	unschedulable, allocatable, ready *Series
+	unschedulable, allocatable, ready *series.Series
 }
 
 type jobSeries struct {
-	step, rate, up, restarts, ckptStep, ckptTime, ckptFail, resumed, goodput *Series
-	ckptInterval                                                             *Series
-	rankStep                                                                 []*Series
+	step, rate, up, restarts, ckptStep, ckptTime, ckptFail, resumed, goodput *series.Series
+	ckptInterval                                                             *series.Series
+	rankStep                                                                 []*series.Series
 }
 
 // gpuMetric is one dcgm-exporter field and how to read it off a GPU in the
@@ -96,8 +98,8 @@ func round4(v float64) float64 { return math.Round(v*1e4) / 1e4 }
 
 // init creates every series the twin will ever export.
 func (s *seriesStore) init(t *Twin) {
-	s.byKey = map[string]*Series{}
-	s.byMetric = map[string][]*Series{}
+	s.byKey = map[string]*series.Series{}
+	s.byMetric = map[string][]*series.Series{}
 	enabled := map[string]bool{}
 	for _, c := range t.spec.Exporter.Counters {
 		enabled[c] = true
@@ -113,7 +115,7 @@ func (s *seriesStore) init(t *Twin) {
 	for _, g := range t.gpus {
 		ls := labels("gpu", strconv.Itoa(g.index), "UUID", g.uuid, "pci_bus_id", g.pci,
 			"device", deviceName(g.index), "modelName", g.model.ModelName, "Hostname", g.node.name)
-		g.series = make([]*Series, len(s.gpuMetrics))
+		g.series = make([]*series.Series, len(s.gpuMetrics))
 		for i, m := range s.gpuMetrics {
 			g.series[i] = s.add(m.name, ls)
 		}
@@ -149,12 +151,12 @@ func (s *seriesStore) init(t *Twin) {
 }
 
 // labels builds sorted labels from name, value pairs.
-func labels(kv ...string) Labels {
-	ls := make(Labels, 0, len(kv)/2)
+func labels(kv ...string) series.Labels {
+	ls := make(series.Labels, 0, len(kv)/2)
 	for i := 0; i+1 < len(kv); i += 2 {
-		ls = append(ls, Label{Name: kv[i], Value: kv[i+1]})
+		ls = append(ls, series.Label{Name: kv[i], Value: kv[i+1]})
 	}
-	slices.SortFunc(ls, func(a, b Label) int {
+	slices.SortFunc(ls, func(a, b series.Label) int {
 		switch {
 		case a.Name < b.Name:
 			return -1
@@ -166,28 +168,16 @@ func labels(kv ...string) Labels {
 	return ls
 }
 
-func (s *seriesStore) add(metric string, ls Labels) *Series {
+func (s *seriesStore) add(metric string, ls series.Labels) *series.Series {
 	key := metric + ls.String()
 	if se, ok := s.byKey[key]; ok {
 		return se
 	}
-	se := &Series{Metric: metric, Labels: ls, labelKey: ls.String()}
+	se := series.New(metric, ls)
 	s.byKey[key] = se
 	s.byMetric[metric] = append(s.byMetric[metric], se)
 	s.all = append(s.all, se)
 	return se
-}
-
-func (se *Series) append(ts int64, v float64) {
-	se.Samples = append(se.Samples, Sample{T: ts, V: v})
-}
-
-// markStale writes a staleness marker unless the series is already stale
-// or has never been scraped.
-func (se *Series) markStale(ts int64) {
-	if n := len(se.Samples); n > 0 && !IsStale(se.Samples[n-1].V) {
-		se.append(ts, StaleNaN)
-	}
 }
 
 // doScrape samples every series at the current time.
@@ -198,16 +188,16 @@ func (t *Twin) doScrape() {
 			// A GPU off the bus is gone from NVML and DCGM: dcgm-exporter
 			// stops exposing its series and the scraper marks them stale.
 			for i := range t.store.gpuMetrics {
-				g.series[i].markStale(ts)
+				g.series[i].MarkStale(ts)
 			}
 			continue
 		}
 		for i, m := range t.store.gpuMetrics {
-			g.series[i].append(ts, m.value(g))
+			g.series[i].Append(ts, m.value(g))
 		}
 	}
 	for _, n := range t.nodes {
-		n.series.unschedulable.append(ts, b2f(n.mods.cordoned))
+		n.series.unschedulable.Append(ts, b2f(n.mods.cordoned))
 		alloc := 0.0
 		if !n.mods.pluginKilled {
 			for _, g := range n.gpus {
@@ -217,30 +207,30 @@ func (t *Twin) doScrape() {
 				}
 			}
 		}
-		n.series.allocatable.append(ts, alloc)
-		n.series.ready.append(ts, 1)
+		n.series.allocatable.Append(ts, alloc)
+		n.series.ready.Append(ts, 1)
 	}
 	for _, j := range t.jobs {
 		st := t.status(j)
 		js := &j.series
-		js.step.append(ts, float64(j.step))
-		js.rate.append(ts, j.stepRate(t.now, t.scrape))
-		js.up.append(ts, b2f(st.Running))
-		js.restarts.append(ts, float64(j.restarts))
-		js.ckptStep.append(ts, float64(st.LastCheckpointStep))
-		js.ckptTime.append(ts, float64(st.LastCheckpointTime.UnixMilli())/1000)
-		js.ckptFail.append(ts, float64(j.ckptFailures))
-		js.resumed.append(ts, float64(j.resumedFrom))
-		js.goodput.append(ts, st.Goodput)
+		js.step.Append(ts, float64(j.step))
+		js.rate.Append(ts, j.stepRate(t.now, t.scrape))
+		js.up.Append(ts, b2f(st.Running))
+		js.restarts.Append(ts, float64(j.restarts))
+		js.ckptStep.Append(ts, float64(st.LastCheckpointStep))
+		js.ckptTime.Append(ts, float64(st.LastCheckpointTime.UnixMilli())/1000)
+		js.ckptFail.Append(ts, float64(j.ckptFailures))
+		js.resumed.Append(ts, float64(j.resumedFrom))
+		js.goodput.Append(ts, st.Goodput)
 		if j.baseline > 0 {
-			js.ckptInterval.append(ts, math.Round(j.spec.CheckpointInterval.Seconds()/j.baseline))
+			js.ckptInterval.Append(ts, math.Round(j.spec.CheckpointInterval.Seconds()/j.baseline))
 		}
 		for r, se := range js.rankStep {
 			if j.processAlive() {
-				se.append(ts, j.rankCompute[r])
+				se.Append(ts, j.rankCompute[r])
 			} else {
 				// A rank that is down exports no timing: stale.
-				se.markStale(ts)
+				se.MarkStale(ts)
 			}
 		}
 	}

@@ -1,6 +1,10 @@
 package twin
 
-import "math"
+import (
+	"math"
+
+	"github.com/gpuchaos/gpuchaos/internal/series"
+)
 
 // Clock event reasons, as DCGM_FI_DEV_CLOCKS_EVENT_REASONS reports them
 // (NVML's nvmlClocksEventReason* bit values).
@@ -61,7 +65,7 @@ type gpu struct {
 	crcFlits               float64
 	xid92Logged            bool
 	mods                   gpuMods
-	series                 []*Series // per enabled GPU metric, in gpuMetrics order
+	series                 []*series.Series // per enabled GPU metric, in gpuMetrics order
 }
 
 // gpuMods is what the active effects do to a GPU, recomputed from scratch

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
@@ -76,7 +77,7 @@ func status(t testing.TB, tw *Twin) JobStatus {
 }
 
 // gpuSeries returns the series of metric for one GPU, or nil.
-func gpuSeries(tw *Twin, metric, node string, i int) *Series {
+func gpuSeries(tw *Twin, metric, node string, i int) *series.Series {
 	for _, s := range tw.Select(metric) {
 		if s.Labels.Get("Hostname") == node && s.Labels.Get("gpu") == strconv.Itoa(i) {
 			return s
@@ -86,7 +87,7 @@ func gpuSeries(tw *Twin, metric, node string, i int) *Series {
 }
 
 // last returns the newest sample of a series (0 if none).
-func last(s *Series) float64 {
+func last(s *series.Series) float64 {
 	if s == nil || len(s.Samples) == 0 {
 		return 0
 	}

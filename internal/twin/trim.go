@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
 // trimFraction sets how often Sleep trims: every twentieth of the
@@ -39,7 +41,7 @@ func (t *Twin) Trim(before time.Time) {
 
 // keepFrom returns the index of the first sample at or after cut, but never
 // past the newest sample, which always stays.
-func keepFrom(s []Sample, cut int64) int {
+func keepFrom(s []series.Sample, cut int64) int {
 	if len(s) < 2 {
 		return 0
 	}
@@ -72,7 +74,7 @@ func (t *Twin) autoTrim() {
 		if i == 0 {
 			continue
 		}
-		kept := make([]Sample, len(s)-i, len(s)-i+grow)
+		kept := make([]series.Sample, len(s)-i, len(s)-i+grow)
 		copy(kept, s[i:])
 		se.Samples = kept
 	}

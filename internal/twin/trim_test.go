@@ -6,11 +6,12 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
 // snapshot copies every series' samples, keyed by metric and labels.
-func snapshot(tw *Twin) map[string][]Sample {
-	out := map[string][]Sample{}
+func snapshot(tw *Twin) map[string][]series.Sample {
+	out := map[string][]series.Sample{}
 	for _, s := range tw.Series() {
 		out[s.Metric+s.LabelKey()] = slices.Clone(s.Samples)
 	}
@@ -45,7 +46,7 @@ func TestTrim(t *testing.T) {
 			for _, s := range tw.Series() {
 				key := s.Metric + s.LabelKey()
 				all := before[key]
-				var want []Sample
+				var want []series.Sample
 				for _, smp := range all {
 					if smp.T >= cut.UnixMilli() {
 						want = append(want, smp)
@@ -60,7 +61,7 @@ func TestTrim(t *testing.T) {
 				}
 			}
 			stale := gpuSeries(tw, "DCGM_FI_DEV_GPU_TEMP", "gpu-node-0", 3)
-			if n := len(stale.Samples); n == 0 || !IsStale(stale.Samples[n-1].V) {
+			if n := len(stale.Samples); n == 0 || !series.IsStale(stale.Samples[n-1].V) {
 				t.Errorf("off-bus GPU's series lost its staleness marker: %v", stale.Samples)
 			}
 		})
@@ -81,7 +82,7 @@ func TestTrimKeepsRunning(t *testing.T) {
 	cut := full.Now().Add(-time.Minute).UnixMilli()
 	for i, s := range trimmed.Series() {
 		f := full.Series()[i]
-		var want []Sample
+		var want []series.Sample
 		for _, smp := range f.Samples {
 			if smp.T >= cut {
 				want = append(want, smp)
@@ -99,9 +100,11 @@ func TestTrimKeepsRunning(t *testing.T) {
 
 // sameSample compares samples bit for bit, so staleness markers (NaN)
 // compare equal.
-func sameSample(a, b Sample) bool { return a.T == b.T && (a.V == b.V || IsStale(a.V) && IsStale(b.V)) }
+func sameSample(a, b series.Sample) bool {
+	return a.T == b.T && (a.V == b.V || series.IsStale(a.V) && series.IsStale(b.V))
+}
 
-func firstTime(s []Sample) string {
+func firstTime(s []series.Sample) string {
 	if len(s) == 0 {
 		return "nothing"
 	}

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpuchaos/gpuchaos/internal/series"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
@@ -75,7 +76,7 @@ type Twin struct {
 	active  []*application // in apply order, so overlapping effects combine deterministically
 
 	store seriesStore
-	logs  []LogLine
+	logs  []series.LogLine
 
 	// retention is Options.Retention resolved (negative: keep everything);
 	// Sleep trims every trimEvery, trimmed being the virtual time of the
@@ -232,19 +233,19 @@ func (t *Twin) Inventory() target.Inventory {
 
 // Series returns every series so far, in creation order; samples reach up to
 // Now. Callers must not modify the series.
-func (t *Twin) Series() []*Series {
-	out := make([]*Series, len(t.store.all))
+func (t *Twin) Series() []*series.Series {
+	out := make([]*series.Series, len(t.store.all))
 	copy(out, t.store.all)
 	return out
 }
 
 // Select returns the series of one metric name. Callers must not modify the
 // result.
-func (t *Twin) Select(metric string) []*Series { return t.store.byMetric[metric] }
+func (t *Twin) Select(metric string) []*series.Series { return t.store.byMetric[metric] }
 
 // Logs returns the kernel log lines so far, all nodes, in time order.
 // Callers must not modify the result.
-func (t *Twin) Logs() []LogLine { return t.logs }
+func (t *Twin) Logs() []series.LogLine { return t.logs }
 
 // event kinds. Job events carry the job's index and a generation: a crash or
 // hang bumps the generation, so events scheduled before it are dropped when
@@ -366,7 +367,7 @@ func (t *Twin) log(n *node, prio int, text string) {
 		// line per line, keeps the copying amortised.
 		t.logs = slices.Clone(t.logs[len(t.logs)-MaxLogLines+MaxLogLines/8:])
 	}
-	t.logs = append(t.logs, LogLine{Time: t.Now(), Node: n.name, Priority: prio, Text: text})
+	t.logs = append(t.logs, series.LogLine{Time: t.Now(), Node: n.name, Priority: prio, Text: text})
 }
 
 func cloneSpec(s ClusterSpec) ClusterSpec {

@@ -10,10 +10,11 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
-func sameSeries(a, b []*Series) bool {
+func sameSeries(a, b []*series.Series) bool {
 	if len(a) != len(b) {
 		return false
 	}
@@ -227,7 +228,7 @@ func TestXID79OffBus(t *testing.T) {
 	sleep(t, tw, 10*time.Minute) // past the restart cost
 	// One staleness marker at the next scrape, as Prometheus writes when a
 	// series vanishes from its target, then nothing.
-	if got := temp.Samples[n:]; len(got) != 1 || !IsStale(got[0].V) {
+	if got := temp.Samples[n:]; len(got) != 1 || !series.IsStale(got[0].V) {
 		t.Errorf("GPU off the bus got samples %v after it vanished, want one staleness marker", got)
 	}
 	if other.Samples[len(other.Samples)-1].Time().Before(at.Add(9 * time.Minute)) {

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
-	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
 // condition decides which result elements hold and which of them is the
@@ -109,7 +109,7 @@ func withoutAlertLabels(ls map[string]string) map[string]string {
 // job, on the twin's series) and sets job to the scrape job's name, so
 // exported_job wins.
 func subjectOf(ls map[string]string) probe.Subject {
-	tl := make(twin.Labels, 0, len(ls))
+	tl := make(series.Labels, 0, len(ls))
 	for k, v := range ls {
 		if k == "job" && ls["exported_job"] != "" {
 			continue
@@ -117,7 +117,7 @@ func subjectOf(ls map[string]string) probe.Subject {
 		if k == "exported_job" {
 			k = "job"
 		}
-		tl = append(tl, twin.Label{Name: k, Value: v})
+		tl = append(tl, series.Label{Name: k, Value: v})
 	}
 	return probe.SubjectFromLabels(tl)
 }

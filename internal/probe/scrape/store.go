@@ -14,11 +14,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuchaos/gpuchaos/internal/series"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
-
-	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
 // DefaultRetention is how much history a Store keeps: the longest window
@@ -66,8 +65,8 @@ type Store struct {
 	mu sync.Mutex
 	// series holds each page's series, by instance and then by metric
 	// name + label key, so a scrape walks only its own page's.
-	series   map[string]map[string]*twin.Series
-	byMetric map[string][]*twin.Series
+	series   map[string]map[string]*series.Series
+	byMetric map[string][]*series.Series
 	urls     []string
 	last     time.Time
 	lastErr  error
@@ -96,7 +95,7 @@ func New(opts Options) (*Store, error) {
 			return nil, fmt.Errorf("scrape: an empty exporter url")
 		}
 	}
-	return &Store{opts: opts, series: map[string]map[string]*twin.Series{}, byMetric: map[string][]*twin.Series{},
+	return &Store{opts: opts, series: map[string]map[string]*series.Series{}, byMetric: map[string][]*series.Series{},
 		urls: append([]string{opts.URL}, opts.More...)}, nil
 }
 
@@ -257,10 +256,10 @@ func (s *Store) add(now time.Time, instance string, fams map[string]*dto.MetricF
 	t := now.UnixMilli()
 	page := s.series[instance]
 	if page == nil {
-		page = map[string]*twin.Series{}
+		page = map[string]*series.Series{}
 		s.series[instance] = page
 	}
-	seen := make(map[*twin.Series]bool, len(page))
+	seen := make(map[*series.Series]bool, len(page))
 	for name, fam := range fams {
 		for _, m := range fam.GetMetric() {
 			v, ok := value(fam.GetType(), m)
@@ -271,26 +270,26 @@ func (s *Store) add(now time.Time, instance string, fams map[string]*dto.MetricF
 			key := name + ls.String()
 			ser := page[key]
 			if ser == nil {
-				ser = &twin.Series{Metric: name, Labels: ls}
+				ser = &series.Series{Metric: name, Labels: ls}
 				page[key] = ser
 				s.byMetric[name] = append(s.byMetric[name], ser)
 			}
-			ser.Samples = append(ser.Samples, twin.Sample{T: t, V: v})
+			ser.Samples = append(ser.Samples, series.Sample{T: t, V: v})
 			seen[ser] = true
 		}
 	}
 	cut := now.Add(-s.opts.Retention).UnixMilli()
 	for key, ser := range page {
 		if !seen[ser] {
-			if n := len(ser.Samples); n > 0 && !twin.IsStale(ser.Samples[n-1].V) {
-				ser.Samples = append(ser.Samples, twin.Sample{T: t, V: twin.StaleNaN})
+			if n := len(ser.Samples); n > 0 && !series.IsStale(ser.Samples[n-1].V) {
+				ser.Samples = append(ser.Samples, series.Sample{T: t, V: series.StaleNaN})
 			}
 		}
 		i := sort.Search(len(ser.Samples), func(i int) bool { return ser.Samples[i].T >= cut })
 		ser.Samples = slices.Delete(ser.Samples, 0, i)
 		if len(ser.Samples) == 0 {
 			delete(page, key)
-			s.byMetric[ser.Metric] = slices.DeleteFunc(s.byMetric[ser.Metric], func(x *twin.Series) bool { return x == ser })
+			s.byMetric[ser.Metric] = slices.DeleteFunc(s.byMetric[ser.Metric], func(x *series.Series) bool { return x == ser })
 		}
 	}
 }
@@ -310,17 +309,17 @@ func value(t dto.MetricType, m *dto.Metric) (float64, bool) {
 // labels returns m's labels and instance (unless the page sets its own,
 // as Prometheus' honor_labels keeps it) sorted by name, as twin series
 // keep them.
-func labels(m *dto.Metric, instance string) twin.Labels {
-	ls := make(twin.Labels, 0, len(m.GetLabel())+1)
+func labels(m *dto.Metric, instance string) series.Labels {
+	ls := make(series.Labels, 0, len(m.GetLabel())+1)
 	own := false
 	for _, l := range m.GetLabel() {
-		ls = append(ls, twin.Label{Name: l.GetName(), Value: l.GetValue()})
+		ls = append(ls, series.Label{Name: l.GetName(), Value: l.GetValue()})
 		own = own || l.GetName() == "instance"
 	}
 	if !own {
-		ls = append(ls, twin.Label{Name: "instance", Value: instance})
+		ls = append(ls, series.Label{Name: "instance", Value: instance})
 	}
-	slices.SortFunc(ls, func(a, b twin.Label) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(ls, func(a, b series.Label) int { return strings.Compare(a.Name, b.Name) })
 	return ls
 }
 
@@ -328,8 +327,8 @@ func labels(m *dto.Metric, instance string) twin.Labels {
 func (s *Store) Now() time.Time { return s.opts.Now() }
 
 // Select returns the series of metric, shared: call it inside With.
-func (s *Store) Select(metric string) []*twin.Series { return s.byMetric[metric] }
+func (s *Store) Select(metric string) []*series.Series { return s.byMetric[metric] }
 
 // Logs returns nothing: kernel log lines are the local target's own
 // business, not the exporter's.
-func (s *Store) Logs() []twin.LogLine { return nil }
+func (s *Store) Logs() []series.LogLine { return nil }

@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
-	"github.com/gpuchaos/gpuchaos/internal/twin"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
 // exporter serves a page the test changes, and counts fetches.
@@ -292,7 +292,7 @@ func TestSeveralPages(t *testing.T) {
 	if got[ia] != 10 {
 		t.Errorf("the answering page's series = %v, want 10", got[ia])
 	}
-	if v := got[ib]; !twin.IsStale(v) {
+	if v := got[ib]; !series.IsStale(v) {
 		t.Errorf("the silent page's series = %v, want a staleness marker", v)
 	}
 	if _, err := New(Options{URL: sa.URL, More: []string{""}}); err == nil {

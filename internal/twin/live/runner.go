@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/textformat"
 	"github.com/gpuchaos/gpuchaos/internal/tick"
@@ -333,7 +334,7 @@ func writeExposition(b *bytes.Buffer, tw *twin.Twin, metrics []string) {
 		header := false
 		for _, s := range tw.Select(m) {
 			n := len(s.Samples)
-			if n == 0 || twin.IsStale(s.Samples[n-1].V) {
+			if n == 0 || series.IsStale(s.Samples[n-1].V) {
 				continue
 			}
 			if !header {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 
@@ -209,7 +210,7 @@ func TestOffBus(t *testing.T) {
 	}
 }
 
-func labelMap(ls twin.Labels) map[string]string {
+func labelMap(ls series.Labels) map[string]string {
 	m := map[string]string{}
 	for _, l := range ls {
 		m[l.Name] = l.Value

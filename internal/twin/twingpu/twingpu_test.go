@@ -1,4 +1,4 @@
-package gpu
+package twingpu
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
@@ -29,7 +31,7 @@ func lastValue(t *testing.T, tw *twin.Twin, metric, node string, gpu int) (float
 	for _, s := range tw.Select(metric) {
 		if s.Labels.Get("Hostname") == node && s.Labels.Get("gpu") == strconv.Itoa(gpu) {
 			v := s.Samples[len(s.Samples)-1].V
-			return v, !twin.IsStale(v)
+			return v, !series.IsStale(v)
 		}
 	}
 	return 0, false
@@ -40,7 +42,7 @@ func TestTwinDevicesMatchInventory(t *testing.T) {
 	tw := newTwin(t, twin.Options{Seed: 7})
 	for _, node := range []string{"gpu-node-0", "gpu-node-1"} {
 		t.Run(node, func(t *testing.T) {
-			src, err := NewTwin(LockedTwin(tw), node)
+			src, err := New(Locked(tw), node)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,7 +61,7 @@ func TestTwinDevicesMatchInventory(t *testing.T) {
 			}
 			for i, d := range devs {
 				g := inv[i]
-				want := Device{Index: g.Index, UUID: g.UUID, PCI: g.PCI, Name: g.Model, MemoryTotalMiB: 143771, NUMANode: i / 4}
+				want := gpu.Device{Index: g.Index, UUID: g.UUID, PCI: g.PCI, Name: g.Model, MemoryTotalMiB: 143771, NUMANode: i / 4}
 				if d != want {
 					t.Errorf("device %d = %+v, want %+v", i, d, want)
 				}
@@ -76,7 +78,7 @@ func TestTwinSampleEqualsSeries(t *testing.T) {
 	if err := tw.Sleep(context.Background(), 90*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	src, err := NewTwin(LockedTwin(tw), "gpu-node-1")
+	src, err := New(Locked(tw), "gpu-node-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +120,7 @@ func TestTwinSampleEqualsSeries(t *testing.T) {
 func TestTwinSampleMissingAndLost(t *testing.T) {
 	t.Parallel()
 	tw := newTwin(t, twin.Options{Seed: 1, ScrapeInterval: time.Second})
-	src, err := NewTwin(LockedTwin(tw), "gpu-node-0")
+	src, err := New(Locked(tw), "gpu-node-0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +150,7 @@ func TestTwinSampleMissingAndLost(t *testing.T) {
 	if err := tw.Sleep(ctx, 2*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := src.Sample(ctx, 2); !errors.Is(err, ErrGPULost) {
+	if _, err := src.Sample(ctx, 2); !errors.Is(err, gpu.ErrGPULost) {
 		t.Errorf("Sample of a GPU off the bus: %v, want ErrGPULost", err)
 	}
 	if _, err := src.Sample(ctx, 3); err != nil {
@@ -172,18 +174,18 @@ func TestTwinSampleMissingAndLost(t *testing.T) {
 func TestTwinSourceErrors(t *testing.T) {
 	t.Parallel()
 	tw := newTwin(t, twin.Options{})
-	if _, err := NewTwin(LockedTwin(tw), "no-such-node"); !errors.Is(err, twin.ErrUnknownTarget) {
+	if _, err := New(Locked(tw), "no-such-node"); !errors.Is(err, twin.ErrUnknownTarget) {
 		t.Errorf("unknown node: %v, want ErrUnknownTarget", err)
 	}
-	if _, err := NewTwin(nil, "gpu-node-0"); err == nil {
+	if _, err := New(nil, "gpu-node-0"); err == nil {
 		t.Error("nil access accepted")
 	}
-	src, err := NewTwin(LockedTwin(tw), "gpu-node-0")
+	src, err := New(Locked(tw), "gpu-node-0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	if _, err := src.Sample(ctx, 8); !errors.Is(err, ErrNoDevice) {
+	if _, err := src.Sample(ctx, 8); !errors.Is(err, gpu.ErrNoDevice) {
 		t.Errorf("index 8: %v, want ErrNoDevice", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
@@ -197,7 +199,31 @@ func TestTwinSourceErrors(t *testing.T) {
 	if err := src.Close(); err != nil {
 		t.Errorf("second Close: %v", err)
 	}
-	if _, err := src.Sample(ctx, 0); !errors.Is(err, ErrClosed) {
+	if _, err := src.Sample(ctx, 0); !errors.Is(err, gpu.ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
+	}
+}
+
+// The twin lists no process on a GPU it has and refuses one it lacks.
+func TestTwinProcesses(t *testing.T) {
+	t.Parallel()
+	src, err := New(Locked(newTwin(t, twin.Options{Seed: 1, ScrapeInterval: time.Second})), "gpu-node-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	devs, err := src.Devices(context.Background())
+	if err != nil || len(devs) == 0 {
+		t.Fatalf("devices: %v, %v", devs, err)
+	}
+	pl, ok := src.(gpu.ProcessLister)
+	if !ok {
+		t.Fatal("the twin source is not a ProcessLister")
+	}
+	ps, err := pl.Processes(context.Background(), devs[0].Index)
+	if err != nil || len(ps) != 0 {
+		t.Errorf("Processes = %v, %v, want none", ps, err)
+	}
+	if _, err := pl.Processes(context.Background(), 999); !errors.Is(err, gpu.ErrNoDevice) {
+		t.Errorf("Processes(999): %v, want ErrNoDevice", err)
 	}
 }

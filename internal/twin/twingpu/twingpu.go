@@ -1,4 +1,6 @@
-package gpu
+// Package twingpu reads a twin node's GPUs through gpu.Source, so the
+// agent serves a twin exactly as it serves NVML.
+package twingpu
 
 import (
 	"context"
@@ -9,17 +11,19 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gpuchaos/gpuchaos/internal/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/series"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
-// TwinAccess runs fn with exclusive access to a twin, which is not safe
-// for concurrent use. (*live.Runner).WithTwin is one; LockedTwin makes one
+// Access runs fn with exclusive access to a twin, which is not safe
+// for concurrent use. (*live.Runner).WithTwin is one; Locked makes one
 // for a twin that nothing else drives.
-type TwinAccess func(fn func(*twin.Twin))
+type Access func(fn func(*twin.Twin))
 
-// LockedTwin returns a TwinAccess that guards tw with a mutex of its own.
+// Locked returns a Access that guards tw with a mutex of its own.
 // Use it only when every other user of tw goes through the same access.
-func LockedTwin(tw *twin.Twin) TwinAccess {
+func Locked(tw *twin.Twin) Access {
 	var mu sync.Mutex
 	return func(fn func(*twin.Twin)) {
 		mu.Lock()
@@ -33,26 +37,26 @@ func LockedTwin(tw *twin.Twin) TwinAccess {
 // unit, so values are copied as they are.
 type twinField struct {
 	metric string
-	set    func(s *Sample, v float64)
+	set    func(s *gpu.Sample, v float64)
 }
 
 func twinFields() []twinField {
 	return []twinField{
-		{"DCGM_FI_DEV_SM_CLOCK", func(s *Sample, v float64) { s.SMClockMHz = v }},
-		{"DCGM_FI_DEV_MEM_CLOCK", func(s *Sample, v float64) { s.MemClockMHz = v }},
-		{"DCGM_FI_DEV_GPU_TEMP", func(s *Sample, v float64) { s.TempC = v }},
-		{"DCGM_FI_DEV_MEMORY_TEMP", func(s *Sample, v float64) { s.MemTempC = v }},
-		{"DCGM_FI_DEV_POWER_USAGE", func(s *Sample, v float64) { s.PowerW = v }},
-		{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", func(s *Sample, v float64) { s.EnergyMJ = v }},
-		{"DCGM_FI_DEV_GPU_UTIL", func(s *Sample, v float64) { s.UtilGPU = v }},
-		{"DCGM_FI_DEV_MEM_COPY_UTIL", func(s *Sample, v float64) { s.UtilMem = v }},
-		{"DCGM_FI_DEV_FB_USED", func(s *Sample, v float64) { s.FBUsedMiB = v }},
-		{"DCGM_FI_DEV_FB_FREE", func(s *Sample, v float64) { s.FBFreeMiB = v }},
-		{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", func(s *Sample, v float64) { s.PCIeReplays = v }},
-		{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", func(s *Sample, v float64) { s.RemappedCorrectable = v }},
-		{"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", func(s *Sample, v float64) { s.RemappedUncorrectable = v }},
-		{"DCGM_FI_DEV_ROW_REMAP_FAILURE", func(s *Sample, v float64) { s.RemapFailure = v }},
-		{"DCGM_FI_DEV_CLOCKS_EVENT_REASONS", func(s *Sample, v float64) {
+		{"DCGM_FI_DEV_SM_CLOCK", func(s *gpu.Sample, v float64) { s.SMClockMHz = v }},
+		{"DCGM_FI_DEV_MEM_CLOCK", func(s *gpu.Sample, v float64) { s.MemClockMHz = v }},
+		{"DCGM_FI_DEV_GPU_TEMP", func(s *gpu.Sample, v float64) { s.TempC = v }},
+		{"DCGM_FI_DEV_MEMORY_TEMP", func(s *gpu.Sample, v float64) { s.MemTempC = v }},
+		{"DCGM_FI_DEV_POWER_USAGE", func(s *gpu.Sample, v float64) { s.PowerW = v }},
+		{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", func(s *gpu.Sample, v float64) { s.EnergyMJ = v }},
+		{"DCGM_FI_DEV_GPU_UTIL", func(s *gpu.Sample, v float64) { s.UtilGPU = v }},
+		{"DCGM_FI_DEV_MEM_COPY_UTIL", func(s *gpu.Sample, v float64) { s.UtilMem = v }},
+		{"DCGM_FI_DEV_FB_USED", func(s *gpu.Sample, v float64) { s.FBUsedMiB = v }},
+		{"DCGM_FI_DEV_FB_FREE", func(s *gpu.Sample, v float64) { s.FBFreeMiB = v }},
+		{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", func(s *gpu.Sample, v float64) { s.PCIeReplays = v }},
+		{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", func(s *gpu.Sample, v float64) { s.RemappedCorrectable = v }},
+		{"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", func(s *gpu.Sample, v float64) { s.RemappedUncorrectable = v }},
+		{"DCGM_FI_DEV_ROW_REMAP_FAILURE", func(s *gpu.Sample, v float64) { s.RemapFailure = v }},
+		{"DCGM_FI_DEV_CLOCKS_EVENT_REASONS", func(s *gpu.Sample, v float64) {
 			s.ClockEventReasons, s.HasClockEventReasons = uint64(v), true
 		}},
 	}
@@ -61,21 +65,21 @@ func twinFields() []twinField {
 // twinSource is the Source over one node of a twin. devs and series are
 // fixed at construction: the twin creates every series when it is built.
 type twinSource struct {
-	access TwinAccess
+	access Access
 	fields []twinField
-	devs   []Device
+	devs   []gpu.Device
 	// series[i][f] is device i's series of fields[f], nil when the twin's
 	// exporter does not export that field.
-	series [][]*twin.Series
+	series [][]*series.Series
 	closed atomic.Bool
 }
 
-// NewTwin returns a Source that reads node's GPUs off the twin behind
+// New returns a Source that reads node's GPUs off the twin behind
 // access: each Sample is the newest value the twin's exporter scraped, in
 // the twin's virtual time. A GPU the twin has put off the bus (its series
 // stale) is lost; a field the twin's exporter does not export is missing.
 // Close does nothing to the twin.
-func NewTwin(access TwinAccess, node string) (Source, error) {
+func New(access Access, node string) (gpu.Source, error) {
 	if access == nil {
 		return nil, fmt.Errorf("twin gpu source: nil twin access")
 	}
@@ -111,15 +115,15 @@ func (s *twinSource) build(tw *twin.Twin, node string) error {
 		// indices on socket 0 (NodesSpec.NUMASockets).
 		perSocket := max(1, (len(n.GPUs)+ns.NUMASockets-1)/max(1, ns.NUMASockets))
 		for _, g := range n.GPUs {
-			s.devs = append(s.devs, Device{
+			s.devs = append(s.devs, gpu.Device{
 				Index: g.Index, UUID: g.UUID, PCI: g.PCI, Name: g.Model,
 				MemoryTotalMiB: memMiB, NUMANode: g.Index / perSocket,
 			})
 		}
 	}
-	s.series = make([][]*twin.Series, len(s.devs))
+	s.series = make([][]*series.Series, len(s.devs))
 	for i, d := range s.devs {
-		s.series[i] = make([]*twin.Series, len(s.fields))
+		s.series[i] = make([]*series.Series, len(s.fields))
 		idx := strconv.Itoa(d.Index)
 		for f, fl := range s.fields {
 			for _, se := range tw.Select(fl.metric) {
@@ -133,24 +137,24 @@ func (s *twinSource) build(tw *twin.Twin, node string) error {
 	return nil
 }
 
-func (s *twinSource) Devices(ctx context.Context) ([]Device, error) {
+func (s *twinSource) Devices(ctx context.Context) ([]gpu.Device, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if s.closed.Load() {
-		return nil, ErrClosed
+		return nil, gpu.ErrClosed
 	}
-	out := make([]Device, len(s.devs))
+	out := make([]gpu.Device, len(s.devs))
 	copy(out, s.devs)
 	return out, nil
 }
 
-func (s *twinSource) Sample(ctx context.Context, index int) (Sample, error) {
+func (s *twinSource) Sample(ctx context.Context, index int) (gpu.Sample, error) {
 	if err := ctx.Err(); err != nil {
-		return Sample{}, err
+		return gpu.Sample{}, err
 	}
 	if s.closed.Load() {
-		return Sample{}, ErrClosed
+		return gpu.Sample{}, gpu.ErrClosed
 	}
 	pos := -1
 	for i, d := range s.devs {
@@ -159,10 +163,10 @@ func (s *twinSource) Sample(ctx context.Context, index int) (Sample, error) {
 		}
 	}
 	if pos < 0 {
-		return Sample{}, fmt.Errorf("sample twin gpu %d: %w", index, ErrNoDevice)
+		return gpu.Sample{}, fmt.Errorf("sample twin gpu %d: %w", index, gpu.ErrNoDevice)
 	}
 	// The time is the newest scrape among the fields, set below.
-	smp := blankSample(time.Time{})
+	smp := gpu.BlankSample(time.Time{})
 	exported, fresh := 0, 0
 	s.access(func(*twin.Twin) {
 		for f, se := range s.series[pos] {
@@ -171,7 +175,7 @@ func (s *twinSource) Sample(ctx context.Context, index int) (Sample, error) {
 			}
 			exported++
 			n := len(se.Samples)
-			if n == 0 || twin.IsStale(se.Samples[n-1].V) {
+			if n == 0 || series.IsStale(se.Samples[n-1].V) {
 				continue
 			}
 			last := se.Samples[n-1]
@@ -183,7 +187,7 @@ func (s *twinSource) Sample(ctx context.Context, index int) (Sample, error) {
 		}
 	})
 	if exported > 0 && fresh == 0 {
-		return Sample{}, fmt.Errorf("sample twin gpu %d: %w", index, ErrGPULost)
+		return gpu.Sample{}, fmt.Errorf("sample twin gpu %d: %w", index, gpu.ErrGPULost)
 	}
 	return smp, nil
 }
@@ -191,4 +195,19 @@ func (s *twinSource) Sample(ctx context.Context, index int) (Sample, error) {
 func (s *twinSource) Close() error {
 	s.closed.Store(true)
 	return nil
+}
+
+// Processes lists no process: the twin's GPUs run simulated jobs, not
+// processes of this machine.
+func (s *twinSource) Processes(ctx context.Context, index int) ([]gpu.Process, error) {
+	devs, err := s.Devices(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range devs {
+		if d.Index == index {
+			return nil, nil
+		}
+	}
+	return nil, fmt.Errorf("list processes of gpu %d: %w", index, gpu.ErrNoDevice)
 }
