@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
-	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
@@ -110,7 +110,7 @@ type rank struct {
 // startRank starts a fake rank of job with the given rank number, in a
 // process group of its own when ownGroup is set, with env added to its
 // environment.
-func startRank(t *testing.T, job string, n int, ownGroup bool, env ...string) *rank {
+func startRank(t testing.TB, job string, n int, ownGroup bool, env ...string) *rank {
 	t.Helper()
 	r := &rank{steps: filepath.Join(t.TempDir(), "steps"), done: make(chan error, 1)}
 	r.cmd = exec.Command(os.Args[0], "-test.run=^$")
@@ -136,7 +136,7 @@ func startRank(t *testing.T, job string, n int, ownGroup bool, env ...string) *r
 }
 
 // count reads the rank's step count (0 before its first write).
-func (r *rank) count(t *testing.T) uint64 {
+func (r *rank) count(t testing.TB) uint64 {
 	t.Helper()
 	for range 5 {
 		b, err := os.ReadFile(r.steps)
@@ -152,7 +152,7 @@ func (r *rank) count(t *testing.T) uint64 {
 }
 
 // rate measures the rank's steps per second over d.
-func (r *rank) rate(t *testing.T, d time.Duration) float64 {
+func (r *rank) rate(t testing.TB, d time.Duration) float64 {
 	t.Helper()
 	c0, t0 := r.count(t), time.Now()
 	time.Sleep(d)
@@ -161,7 +161,7 @@ func (r *rank) rate(t *testing.T, d time.Duration) float64 {
 }
 
 // state returns the letter of the rank's state in /proc/PID/stat.
-func (r *rank) state(t *testing.T) byte {
+func (r *rank) state(t testing.TB) byte {
 	t.Helper()
 	st, err := procfind.ReadStat(r.proc.PID)
 	if err != nil {
@@ -170,7 +170,7 @@ func (r *rank) state(t *testing.T) byte {
 	return st.State
 }
 
-func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
+func waitUntil(t testing.TB, d time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -183,13 +183,13 @@ func waitUntil(t *testing.T, d time.Duration, cond func() bool) {
 
 // newInjector returns the injector of fault id, by its first mechanism,
 // on a fresh state directory (or dir, when given).
-func newInjector(t *testing.T, id, dir string) *Injector {
+func newInjector(t testing.TB, id, dir string) *Injector {
 	t.Helper()
 	return newInjectorOf(t, id, mechanisms[id][0], dir)
 }
 
 // newInjectorOf is newInjector for mechanism mech.
-func newInjectorOf(t *testing.T, id, mech, dir string) *Injector {
+func newInjectorOf(t testing.TB, id, mech, dir string) *Injector {
 	t.Helper()
 	f, ok := catalog.Lookup(id)
 	if !ok {
@@ -243,7 +243,7 @@ func injectorHelper() int {
 	}
 	v, err := f.Resolve(raw)
 	if err == nil {
-		err = in.Inject(context.Background(), os.Getenv(helperKeyEnv), target.Ref{Kind: catalog.ScopeRank}, v)
+		err = in.Inject(context.Background(), os.Getenv(helperKeyEnv), inventory.Ref{Kind: catalog.ScopeRank}, v)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,18 +20,18 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
-	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // jobName is unique per test, so parallel tests never find each other's
 // ranks.
-func jobName(t *testing.T) string {
+func jobName(t testing.TB) string {
 	return fmt.Sprintf("procfault-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
 }
 
-func ref(job string, n int) target.Ref {
-	return target.Ref{Kind: catalog.ScopeRank, Job: job, Rank: n}
+func ref(job string, n int) inventory.Ref {
+	return inventory.Ref{Kind: catalog.ScopeRank, Job: job, Rank: n}
 }
 
 func TestNewRefusesWhatItDoesNotImplement(t *testing.T) {
@@ -232,7 +234,7 @@ func TestConformance(t *testing.T) {
 
 // confined reports whether the process's main thread sits in a cpu group
 // of ours.
-func confined(t *testing.T, p procfind.Proc) bool {
+func confined(t testing.TB, p procfind.Proc) bool {
 	t.Helper()
 	h, err := cgroup.Find("cpu")
 	if err != nil {
@@ -247,7 +249,7 @@ type sample struct{ rate, cpus float64 }
 
 // measure returns the medians of n windows of d: CPUs shared with other
 // work make single windows jump.
-func (r *rank) measure(t *testing.T, n int, d time.Duration) sample {
+func (r *rank) measure(t testing.TB, n int, d time.Duration) sample {
 	t.Helper()
 	rates, cpus := make([]float64, n), make([]float64, n)
 	for i := range n {
@@ -268,21 +270,48 @@ func (r *rank) measure(t *testing.T, n int, d time.Duration) sample {
 	return sample{rates[n/2], cpus[n/2]}
 }
 
-// TestStragglerSlowsTheRankAsPredicted measures the step rate before,
-// while and after throttled, and compares the throttled rate with the mean
-// of the rates around it, which cancels slow drift in what else the
-// machine runs. It runs alone (not parallel) so that this package's other
-// ranks do not compete for the CPUs.
-//
-// Two checks. The throttle itself: the CPU the rank uses while throttled
-// must not exceed the quota, whatever else runs. The step rate: the rank
-// must slow by the slowdown ± 20 %; that prediction assumes the rank gets
-// the CPU it was measured with, which fails when other work (other test
-// packages, other tenants of the machine) takes CPUs away between the
-// measurement and the throttle, so an attempt in which the rank got under
-// 0.85 CPU unthrottled does not count, up to three are made, and when
-// none was uncontended the rate check is skipped with the figures logged.
-func TestStragglerSlowsTheRankAsPredicted(t *testing.T) {
+// kernelQuota reads the CFS quota of the confinement's group from the
+// kernel's own files (cpu.max on v2, cpu.cfs_quota_us and
+// cpu.cfs_period_us on v1), in CPUs.
+func kernelQuota(t testing.TB, c *cgroup.Confinement) float64 {
+	t.Helper()
+	read := func(name string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(c.Mount, c.Dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	var quota, period string
+	if c.Version == cgroup.V2 {
+		var ok bool
+		if quota, period, ok = strings.Cut(read("cpu.max"), " "); !ok {
+			t.Fatalf("cpu.max of %s: %q", c.Dir, read("cpu.max"))
+		}
+	} else {
+		quota, period = read("cpu.cfs_quota_us"), read("cpu.cfs_period_us")
+	}
+	q, qerr := strconv.ParseFloat(quota, 64)
+	p, perr := strconv.ParseFloat(period, 64)
+	if qerr != nil || perr != nil || q <= 0 || p <= 0 {
+		t.Fatalf("group %s: quota %q, period %q: not a limit", c.Dir, quota, period)
+	}
+	return q / p
+}
+
+// TestStragglerSlowsTheRank checks what the kernel was asked to do and a
+// generous bound on what it did. Asked: the rank's group holds a CFS
+// quota of the CPUs the rank used (as the injector measured them) over
+// the slowdown, read back from the kernel's files. Done: the throttled
+// rank uses no more CPU than the quota (CFS enforces it whatever else
+// runs) and steps slower by more than a fifth of the slowdown asked
+// (over 1.2 for 2, 1.6 for 4). How close it comes to the slowdown moves
+// with the machine's other load, which takes CPU from the unthrottled
+// rank too; BenchmarkStragglerSlowdown reports that figure. It runs alone
+// (not parallel) so that this package's other ranks do not compete for
+// the CPUs.
+func TestStragglerSlowsTheRank(t *testing.T) {
 	if _, err := cgroup.Find("cpu"); err != nil {
 		t.Skipf("no cpu cgroup controller: %v", err)
 	}
@@ -290,55 +319,74 @@ func TestStragglerSlowsTheRankAsPredicted(t *testing.T) {
 		t.Run(fmt.Sprint(slowdown), func(t *testing.T) {
 			job := jobName(t)
 			r := startRank(t, job, 0, false)
-			var ratios []float64
-			for attempt := 1; attempt <= 3; attempt++ {
-				in := newInjector(t, idStraggler, "")
-				before := r.measure(t, 5, 200*time.Millisecond)
-				v := faulttest.Values(t, idStraggler, map[string]string{"slowdown": fmt.Sprint(slowdown), "window": "500ms"})
-				if err := in.Inject(context.Background(), "k", ref(job, 0), v); err != nil {
-					t.Fatal(err)
-				}
-				b, err := in.dir.Read("k")
-				if err != nil {
-					t.Fatal(err)
-				}
-				st, err := parseState(b)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if !confined(t, r.proc) {
-					t.Fatal("rank not confined after Inject")
-				}
-				during := r.measure(t, 5, 200*time.Millisecond)
-				if err := in.Recover(context.Background(), "k"); err != nil {
-					t.Fatal(err)
-				}
-				if confined(t, r.proc) {
-					t.Fatal("rank still confined after recovery")
-				}
-				after := r.measure(t, 5, 200*time.Millisecond)
-				quota := st.CPUs / slowdown
-				// One clock tick of slack per window on top of 10 %.
-				if during.cpus > 1.1*quota+0.05 {
-					t.Fatalf("throttled rank used %.3f CPUs, over its quota of %.3f", during.cpus, quota)
-				}
-				ratio := (before.rate + after.rate) / 2 / during.rate
-				contended := before.cpus < 0.85 || after.cpus < 0.85
-				t.Logf("attempt %d, slowdown %.1f: %.0f steps/s on %.2f CPUs before, %.0f on %.3f throttled (quota %.3f), %.0f on %.2f after: measured slowdown %.2f (%.0f%% of predicted)%s",
-					attempt, slowdown, before.rate, before.cpus, during.rate, during.cpus, quota, after.rate, after.cpus,
-					ratio, 100*ratio/slowdown, map[bool]string{true: "; contended, not counted"}[contended])
-				if contended {
-					continue
-				}
-				ratios = append(ratios, ratio)
-				if ratio >= 0.8*slowdown && ratio <= 1.2*slowdown {
-					return
-				}
+			in := newInjector(t, idStraggler, "")
+			before := r.measure(t, 5, 200*time.Millisecond)
+			v := faulttest.Values(t, idStraggler, map[string]string{"slowdown": fmt.Sprint(slowdown), "window": "500ms"})
+			if err := in.Inject(context.Background(), "k", ref(job, 0), v); err != nil {
+				t.Fatal(err)
 			}
-			if len(ratios) == 0 {
-				t.Skip("the rank never had a whole CPU to itself: the machine is busy with other work, so the step rate cannot be compared")
+			st := record(t, in, "k")
+			if !confined(t, r.proc) {
+				t.Fatal("rank not confined after Inject")
 			}
-			t.Errorf("measured slowdowns %.2f, want %.1f ± 20%%", ratios, slowdown)
+			// The quota is at least the kernel's minimum, 1 ms a 100 ms period.
+			quota := max(st.CPUs/slowdown, float64(minQuota)/float64(cfsPeriod))
+			if got := kernelQuota(t, st.Confinement); math.Abs(got-quota) > 1e-4 {
+				t.Errorf("the kernel holds a quota of %.4f CPUs, want %.4f: %.3f measured over a slowdown of %v", got, quota, st.CPUs, slowdown)
+			}
+			during := r.measure(t, 5, 200*time.Millisecond)
+			if err := in.Recover(context.Background(), "k"); err != nil {
+				t.Fatal(err)
+			}
+			if confined(t, r.proc) {
+				t.Fatal("rank still confined after recovery")
+			}
+			after := r.measure(t, 5, 200*time.Millisecond)
+			ratio := (before.rate + after.rate) / 2 / during.rate
+			t.Logf("slowdown %v: %.0f steps/s on %.2f CPUs before, %.0f on %.3f throttled (quota %.3f), %.0f on %.2f after: slowed %.2f times",
+				slowdown, before.rate, before.cpus, during.rate, during.cpus, quota, after.rate, after.cpus, ratio)
+			// One clock tick of slack per window on top of 10 %.
+			if during.cpus > 1.1*quota+0.05 {
+				t.Errorf("throttled rank used %.3f CPUs, over its quota of %.3f", during.cpus, quota)
+			}
+			if floor := 1 + (slowdown-1)/5; !(ratio > floor) {
+				t.Errorf("the rank slowed %.2f times, want more than %.1f (asked %v)", ratio, floor, slowdown)
+			}
+		})
+	}
+}
+
+// BenchmarkStragglerSlowdown reports how many times slower the throttled
+// rank steps (slowdown) than the mean of its rates before and after, and
+// that over the slowdown asked (of-asked: 1 is exact). Each iteration is
+// one 200 ms window of the throttled rank; -benchtime 10x is 2 s.
+func BenchmarkStragglerSlowdown(b *testing.B) {
+	if _, err := cgroup.Find("cpu"); err != nil {
+		b.Skipf("no cpu cgroup controller: %v", err)
+	}
+	for _, slowdown := range []float64{2, 4} {
+		b.Run(fmt.Sprint(slowdown), func(b *testing.B) {
+			job := jobName(b)
+			r := startRank(b, job, 0, false)
+			in := newInjector(b, idStraggler, "")
+			before := r.measure(b, 5, 200*time.Millisecond)
+			v := faulttest.Values(b, idStraggler, map[string]string{"slowdown": fmt.Sprint(slowdown), "window": "500ms"})
+			if err := in.Inject(context.Background(), "k", ref(job, 0), v); err != nil {
+				b.Fatal(err)
+			}
+			var rates []float64
+			for b.Loop() {
+				rates = append(rates, r.rate(b, 200*time.Millisecond))
+			}
+			b.StopTimer()
+			if err := in.Recover(context.Background(), "k"); err != nil {
+				b.Fatal(err)
+			}
+			after := r.measure(b, 5, 200*time.Millisecond)
+			slices.Sort(rates)
+			ratio := (before.rate + after.rate) / 2 / rates[len(rates)/2]
+			b.ReportMetric(ratio, "slowdown")
+			b.ReportMetric(ratio/slowdown, "of-asked")
 		})
 	}
 }
