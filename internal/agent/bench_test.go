@@ -2,6 +2,9 @@ package agent
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"runtime"
 	"testing"
 	"time"
 
@@ -55,3 +58,62 @@ func BenchmarkCollect(b *testing.B) {
 		a.Collect(ctx)
 	}
 }
+
+// BenchmarkScrape is one GET /metrics through the agent's handler, page
+// for 8 GPUs of the twin, without the network.
+func BenchmarkScrape(b *testing.B) {
+	a := benchAgent(b)
+	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	w := &discard{}
+	b.ReportAllocs()
+	for b.Loop() {
+		a.ServeHTTP(w, req)
+	}
+	b.ReportMetric(float64(w.n)/float64(b.N), "page-bytes")
+}
+
+// BenchmarkSecond is BenchmarkSecondNVML over 8 GPUs of the twin: one
+// sampling pass and one scrape. live-heap-MiB is the heap reachable after
+// the loop and a collection, the twin's included (an upper bound on the
+// agent's own).
+func BenchmarkSecond(b *testing.B) {
+	benchSecond(b, benchAgent(b), true)
+}
+
+// benchSecond times one Collect and one GET /metrics per op and reports
+// core-share, the share of one core that costs at one op a second.
+func benchSecond(b *testing.B, a *Agent, heap bool) {
+	ctx := context.Background()
+	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	a.Collect(ctx)
+	b.ReportAllocs()
+	for b.Loop() {
+		a.Collect(ctx)
+		a.ServeHTTP(&discard{}, req)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e9, "core-share")
+	if heap {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		b.ReportMetric(float64(ms.HeapAlloc)/(1<<20), "live-heap-MiB")
+	}
+}
+
+// discard is a ResponseWriter that counts and drops the body, so a
+// benchmark measures the handler, not a recorder's buffer.
+type discard struct {
+	h http.Header
+	n int
+}
+
+func (d *discard) Header() http.Header {
+	if d.h == nil {
+		d.h = http.Header{}
+	}
+	return d.h
+}
+
+func (d *discard) Write(p []byte) (int, error) { d.n += len(p); return len(p), nil }
+
+func (d *discard) WriteHeader(int) {}

@@ -96,7 +96,7 @@ func (m *mockGPU) program(d *server.Device) {
 	d.GetCurrentClocksEventReasonsFunc = func() (uint64, nvml.Return) { return 0, m.ret() }
 }
 
-func mockH200(t *testing.T) (*server.Server, []*mockGPU, gpu.Source) {
+func mockH200(t testing.TB) (*server.Server, []*mockGPU, gpu.Source) {
 	t.Helper()
 	srv := dgxh200.New()
 	gpus := make([]*mockGPU, len(srv.Devices))

@@ -9,7 +9,7 @@ import (
 	"fmt"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 )
 
 // ErrTargetGone reports that the target of an injection no longer exists
@@ -39,7 +39,7 @@ var ErrUnproven = errors.New("cannot prove the target gone")
 // cleans up. Implementations must be safe for concurrent use with distinct
 // keys.
 type Injector interface {
-	Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error
+	Inject(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) error
 	Recover(ctx context.Context, key string) error
 }
 

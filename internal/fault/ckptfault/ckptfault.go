@@ -12,8 +12,8 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // The faults of this package.
@@ -80,7 +80,7 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
 // it first. A key already recorded is a no-op. On error nothing stays
 // applied and no record remains, unless undoing failed too; the error
 // then says so and Recover retries.
-func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error {
+func (in *Injector) Inject(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) error {
 	err := in.dir.Inject(ctx, key, func() error {
 		dir, err := checkpointDir(ref, v)
 		if err != nil {
@@ -162,7 +162,7 @@ func (in *Injector) parser(key string) func([]byte) (state, error) {
 // the job's GPUCHAOS_CKPT_DIR. It must be an existing directory that
 // resolves to itself, so no symlink can lead an action elsewhere, and so
 // that it reads exactly as /proc prints the files under it.
-func checkpointDir(ref target.Ref, v catalog.Values) (string, error) {
+func checkpointDir(ref inventory.Ref, v catalog.Values) (string, error) {
 	p := v.String("path")
 	if p == "" {
 		if ref.Job == "" {

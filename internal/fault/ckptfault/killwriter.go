@@ -11,8 +11,8 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // writerSignals are the signals the catalogue lets kill-writer send.
@@ -28,7 +28,7 @@ const rescanEvery = 250 * time.Millisecond
 
 // killWriter watches the job's ranks until one writes under the
 // directory, then signals it.
-func (in *Injector) killWriter(ctx context.Context, key string, st state, ref target.Ref, v catalog.Values) error {
+func (in *Injector) killWriter(ctx context.Context, key string, st state, ref inventory.Ref, v catalog.Values) error {
 	st.Signal = v.String("signal")
 	if st.Signal == "" {
 		st.Signal = "SIGKILL"
@@ -119,7 +119,7 @@ func (in *Injector) killWriter(ctx context.Context, key string, st state, ref ta
 
 // writerFinder returns what lists the processes to watch: the one the pid
 // parameter names, or every process of the job's ranks.
-func writerFinder(ref target.Ref, v catalog.Values) (func() ([]procfind.Proc, error), error) {
+func writerFinder(ref inventory.Ref, v catalog.Values) (func() ([]procfind.Proc, error), error) {
 	if pid := v.Int("pid"); pid != 0 {
 		if pid <= 1 || pid > math.MaxInt32 || int(pid) == os.Getpid() {
 			return nil, fmt.Errorf("pid %d cannot be a checkpoint writer", pid)

@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
@@ -192,7 +192,7 @@ func jobName(t *testing.T) string {
 	return fmt.Sprintf("ckptfault-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
 }
 
-func jobRef(job string) target.Ref { return target.Ref{Kind: catalog.ScopeJob, Job: job} }
+func jobRef(job string) inventory.Ref { return inventory.Ref{Kind: catalog.ScopeJob, Job: job} }
 
 // injectorHelper injects helperFaultEnv on helperJobEnv's checkpoint
 // directory (dirEnv), saying "starting" before (and taking the rest of

@@ -14,8 +14,8 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/cgroup"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // probeBytes is how much the bandwidth probe writes: enough to get past
@@ -94,7 +94,7 @@ func measureBandwidth(ctx context.Context, dir string) (int64, error) {
 
 // slow confines every rank of the job in a block-I/O group capped at
 // factor × the device's bandwidth.
-func (in *Injector) slow(ctx context.Context, key string, st state, ref target.Ref, v catalog.Values) (err error) {
+func (in *Injector) slow(ctx context.Context, key string, st state, ref inventory.Ref, v catalog.Values) (err error) {
 	factor := v.Float("factor")
 	if factor <= 0 || factor > 1 || math.IsNaN(factor) {
 		return fmt.Errorf("factor %v is not in (0, 1]", factor)
@@ -160,7 +160,7 @@ func (in *Injector) slow(ctx context.Context, key string, st state, ref target.R
 
 // jobProcs lists the processes to throttle: the pid parameter's, or every
 // rank of the job.
-func jobProcs(ref target.Ref, v catalog.Values) ([]procfind.Proc, error) {
+func jobProcs(ref inventory.Ref, v catalog.Values) ([]procfind.Proc, error) {
 	find, err := writerFinder(ref, v)
 	if err != nil {
 		return nil, err

@@ -22,9 +22,9 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/kmsgxid"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 )
 
@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-var gpu = target.Ref{Kind: catalog.ScopeGPU, Node: "n1", GPU: 3, UUID: "GPU-1234", PCI: "00000000:18:00.0"}
+var gpu = inventory.Ref{Kind: catalog.ScopeGPU, Node: "n1", GPU: 3, UUID: "GPU-1234", PCI: "00000000:18:00.0"}
 
 func mustFault(t testing.TB, id string) *catalog.Fault {
 	t.Helper()
@@ -65,7 +65,7 @@ func TestLine(t *testing.T) {
 		name  string
 		fault string
 		raw   map[string]string
-		ref   target.Ref
+		ref   inventory.Ref
 		code  int
 		want  string // exact line; "" to check only the code
 		err   bool
@@ -87,8 +87,8 @@ func TestLine(t *testing.T) {
 			want: "NVRM: Xid (PCI:0000:18:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.",
 		},
 		{name: "gsp-timeout is 119", fault: "hardware.gsp-timeout", ref: gpu, code: 119},
-		{name: "a GPU without a bus id", fault: "hardware.xid", ref: target.Ref{Kind: catalog.ScopeGPU, GPU: 1}, err: true},
-		{name: "a malformed bus id", fault: "hardware.xid", ref: target.Ref{Kind: catalog.ScopeGPU, PCI: "18:00"}, err: true},
+		{name: "a GPU without a bus id", fault: "hardware.xid", ref: inventory.Ref{Kind: catalog.ScopeGPU, GPU: 1}, err: true},
+		{name: "a malformed bus id", fault: "hardware.xid", ref: inventory.Ref{Kind: catalog.ScopeGPU, PCI: "18:00"}, err: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,8 +9,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/numa"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // affinityPasses bounds how often injectAffinity lists the rank's threads
@@ -20,7 +20,7 @@ const affinityPasses = 4
 
 // injectAffinity pins every thread of the rank to the remote node's CPUs,
 // recording each thread's mask in the state file before changing it.
-func (in *Injector) injectAffinity(ctx context.Context, st state, topo numa.Topology, ref target.Ref, v catalog.Values) error {
+func (in *Injector) injectAffinity(ctx context.Context, st state, topo numa.Topology, ref inventory.Ref, v catalog.Values) error {
 	to, err := remoteNode(topo, st.GPUNode, v.Int("node"), numa.HasCPUs, "CPUs")
 	if err != nil {
 		return err

@@ -12,8 +12,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/numa"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
@@ -69,7 +69,7 @@ func injectorRole() int {
 		return 1
 	}
 	v, _ := f.Resolve(map[string]string{"fraction": "0.1"})
-	if err := in.Inject(context.Background(), "crash/0", target.Ref{Kind: catalog.ScopeRank}, v); err != nil {
+	if err := in.Inject(context.Background(), "crash/0", inventory.Ref{Kind: catalog.ScopeRank}, v); err != nil {
 		fmt.Println("error", err)
 		return 1
 	}
@@ -109,7 +109,7 @@ func crashInjectorRole() int {
 			raw = map[string]string{"pid": os.Getenv(pidEnv)}
 		}
 		if v, err = f.Resolve(raw); err == nil {
-			err = in.Inject(context.Background(), os.Getenv(keyEnv), target.Ref{Kind: catalog.ScopeRank}, v)
+			err = in.Inject(context.Background(), os.Getenv(keyEnv), inventory.Ref{Kind: catalog.ScopeRank}, v)
 		}
 	}
 	if err != nil {

@@ -13,8 +13,8 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
 	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/numa"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // Mechanism names of the catalogue this package implements, by fault.
@@ -132,7 +132,7 @@ type Injector struct {
 // that has a state file is a no-op. On error nothing stays changed and no
 // state file remains, unless undoing failed too; the error then says so
 // and Recover retries.
-func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error {
+func (in *Injector) Inject(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) error {
 	err := in.dir.Inject(ctx, key, func() error {
 		topo, gpuNode, err := in.placement(ctx, ref.GPU)
 		if err != nil {
@@ -247,7 +247,7 @@ func remoteNode(topo numa.Topology, gpuNode int, param int64, keep func(numa.Nod
 
 // rankPID returns the rank's pid: the pid parameter, or the process whose
 // environment names the target's job and rank.
-func rankPID(ref target.Ref, v catalog.Values) (int, error) {
+func rankPID(ref inventory.Ref, v catalog.Values) (int, error) {
 	if pid := v.Int("pid"); pid > 0 {
 		if pid == int64(os.Getpid()) {
 			return 0, errors.New("pid is gpuchaos itself")

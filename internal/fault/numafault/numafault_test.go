@@ -26,8 +26,8 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/numa"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 func lookup(t testing.TB, id string) (*catalog.Fault, *catalog.Mechanism) {
@@ -183,7 +183,7 @@ func TestRefusesOnOneNode(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			err = in.Inject(context.Background(), "k", target.Ref{Kind: catalog.ScopeRank, Job: job, Rank: 3}, values(t, f, nil))
+			err = in.Inject(context.Background(), "k", inventory.Ref{Kind: catalog.ScopeRank, Job: job, Rank: 3}, values(t, f, nil))
 			if err == nil {
 				t.Fatal("inject succeeded on one node")
 			}
@@ -264,7 +264,7 @@ func TestWrongAffinityOnAFakeSecondNode(t *testing.T) {
 		}
 		return faulttest.Env{
 			Injector: in,
-			Ref:      target.Ref{Kind: catalog.ScopeRank, Job: job, Rank: 3},
+			Ref:      inventory.Ref{Kind: catalog.ScopeRank, Job: job, Rank: 3},
 			Values:   values(t, f, nil),
 			Applied: func(string) bool {
 				ms := threadMasks(t, pid)
@@ -358,7 +358,7 @@ func TestRemoteMemoryOnAFakeSecondNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := values(t, f, map[string]string{"pid": strconv.Itoa(rank.Process.Pid)})
-	err = in.Inject(context.Background(), "k", target.Ref{Kind: catalog.ScopeRank}, v)
+	err = in.Inject(context.Background(), "k", inventory.Ref{Kind: catalog.ScopeRank}, v)
 	if err == nil || !strings.Contains(err.Error(), "migrate_pages pid "+strconv.Itoa(rank.Process.Pid)+" from nodes 0 to 1") {
 		t.Fatalf("inject: %v, want migrate_pages to fail for the absent node 1", err)
 	}
@@ -431,7 +431,7 @@ func TestMemoryPressure(t *testing.T) {
 			t.Fatal(err)
 		}
 		return faulttest.Env{
-			Injector: in, Ref: target.Ref{Kind: catalog.ScopeRank}, Values: values(t, f, map[string]string{"fraction": "0.1"}),
+			Injector: in, Ref: inventory.Ref{Kind: catalog.ScopeRank}, Values: values(t, f, map[string]string{"fraction": "0.1"}),
 			Applied: func(string) bool { return len(tagged(t, tag)) > 0 },
 			Vanish: func() {
 				for _, pid := range tagged(t, tag) {
@@ -478,7 +478,7 @@ func TestMemoryPressure(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = in.Inject(context.Background(), "k", target.Ref{}, values(t, f, nil))
+		err = in.Inject(context.Background(), "k", inventory.Ref{}, values(t, f, nil))
 		if err == nil || !strings.Contains(err.Error(), "exited before it was ready") {
 			t.Fatalf("inject: %v", err)
 		}
@@ -514,7 +514,7 @@ func TestCPUSaturation(t *testing.T) {
 			t.Fatal(err)
 		}
 		return faulttest.Env{
-			Injector: in, Ref: target.Ref{Kind: catalog.ScopeRank}, Values: values(t, f, nil),
+			Injector: in, Ref: inventory.Ref{Kind: catalog.ScopeRank}, Values: values(t, f, nil),
 			Applied: func(string) bool { return len(tagged(t, tag)) > 0 },
 			Vanish: func() {
 				for _, pid := range tagged(t, tag) {
@@ -608,7 +608,7 @@ func BenchmarkCPUSaturation(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := in.Inject(context.Background(), "k", target.Ref{Kind: catalog.ScopeRank}, values(b, f, nil)); err != nil {
+	if err := in.Inject(context.Background(), "k", inventory.Ref{Kind: catalog.ScopeRank}, values(b, f, nil)); err != nil {
 		b.Fatal(err)
 	}
 	defer in.Recover(context.Background(), "k")

@@ -10,8 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/numa"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // nodeMaskWords is the size of the node masks passed to the kernel: 1024
@@ -57,7 +57,7 @@ func migratePages(pid int, from, to []int) (int, error) {
 
 // injectPages moves the rank's pages to the remote node, recording first
 // where they were and where recovery brings them.
-func (in *Injector) injectPages(ctx context.Context, st state, topo numa.Topology, ref target.Ref, v catalog.Values) error {
+func (in *Injector) injectPages(ctx context.Context, st state, topo numa.Topology, ref inventory.Ref, v catalog.Values) error {
 	to, err := remoteNode(topo, st.GPUNode, v.Int("node"), numa.HasMemory, "memory")
 	if err != nil {
 		return err

@@ -13,7 +13,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
-	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 )
 
 // TestRecoverWhateverBecameOfTheTarget injects, makes the target vanish in
@@ -100,7 +100,7 @@ func TestRecoverWhateverBecameOfTheTarget(t *testing.T) {
 				t.Fatal(err)
 			}
 			e.in = in.(*Injector)
-			if err := in.Inject(context.Background(), "k", target.Ref{Kind: catalog.ScopeRank}, values(t, f, raw)); err != nil {
+			if err := in.Inject(context.Background(), "k", inventory.Ref{Kind: catalog.ScopeRank}, values(t, f, raw)); err != nil {
 				t.Fatal(err)
 			}
 			mark := e.in.dir.Mark("k")

@@ -18,8 +18,8 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
 	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // The faults and mechanisms of this package.
@@ -145,7 +145,7 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
 // already recorded is a no-op. On error nothing stays applied and no
 // record remains, unless undoing failed too; the error then says so and
 // Recover retries.
-func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error {
+func (in *Injector) Inject(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) error {
 	err := in.dir.Inject(ctx, key, func() error {
 		r, err := resolve(ref, v)
 		if err != nil {
@@ -284,7 +284,7 @@ func (in *Injector) parser(key string) func([]byte) (state, error) {
 }
 
 // describe names the target in errors.
-func describe(ref target.Ref, v catalog.Values) string {
+func describe(ref inventory.Ref, v catalog.Values) string {
 	if pid := v.Int("pid"); pid != 0 {
 		return fmt.Sprintf("pid %d", pid)
 	}
@@ -293,7 +293,7 @@ func describe(ref target.Ref, v catalog.Values) string {
 
 // resolve finds the rank's process: the pid parameter when set, else the
 // process carrying the ref's job and rank in its environment.
-func resolve(ref target.Ref, v catalog.Values) (procfind.Rank, error) {
+func resolve(ref inventory.Ref, v catalog.Values) (procfind.Rank, error) {
 	if pid := v.Int("pid"); pid != 0 {
 		if pid <= 1 || pid > math.MaxInt32 {
 			return procfind.Rank{}, fmt.Errorf("pid %d cannot be a rank", pid)

@@ -15,7 +15,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
-	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
@@ -50,7 +50,7 @@ func crashChild() int {
 	if err == nil {
 		var v catalog.Values
 		if v, err = f.Resolve(s.Raw); err == nil {
-			err = in.Inject(context.Background(), s.Key, target.Ref{Kind: catalog.ScopeJob, Node: "n1"}, v)
+			err = in.Inject(context.Background(), s.Key, inventory.Ref{Kind: catalog.ScopeJob, Node: "n1"}, v)
 		}
 	}
 	if err != nil {

@@ -16,10 +16,10 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
 	nf "github.com/gpuchaos/gpuchaos/internal/netfault"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // FaultID is the one fault this package injects, through MechanismBPF.
@@ -128,7 +128,7 @@ func DecodeRecord(b []byte) (Record, error) {
 // planned change, then applies it. A key already recorded is a no-op.
 // When applying fails, what was applied is undone and the record
 // removed; if undoing fails too, the record stays for Recover.
-func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error {
+func (in *Injector) Inject(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) error {
 	err := in.dir.Inject(ctx, key, func() error {
 		rec, err := in.plan(ctx, key, ref, v)
 		if err != nil {
@@ -197,7 +197,7 @@ func (in *Injector) Recover(ctx context.Context, key string) error {
 
 // plan resolves the server, the interface routing to it in this process's
 // network namespace, and the drop change.
-func (in *Injector) plan(ctx context.Context, key string, ref target.Ref, v catalog.Values) (Record, error) {
+func (in *Injector) plan(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) (Record, error) {
 	port := v.Int("port")
 	if port < 0 || port > 65535 {
 		return Record{}, fmt.Errorf("port %d is outside [0, 65535]", port)
@@ -238,7 +238,7 @@ func (in *Injector) plan(ctx context.Context, key string, ref target.Ref, v cata
 // as its ranks carry it. Unlike the other checkpoint faults it is not
 // resolved or stat'ed: a storage that already hangs would hang the
 // injector too, and the mount table needs only the name.
-func checkpointPath(ref target.Ref, v catalog.Values) (string, error) {
+func checkpointPath(ref inventory.Ref, v catalog.Values) (string, error) {
 	p := v.String("path")
 	if p == "" {
 		if ref.Job == "" {

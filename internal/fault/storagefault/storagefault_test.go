@@ -19,9 +19,9 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
 	nt "github.com/gpuchaos/gpuchaos/internal/netfault/netnstest"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 func TestMain(m *testing.M) {
@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-var node = target.Ref{Kind: catalog.ScopeJob, Node: "n1"}
+var node = inventory.Ref{Kind: catalog.ScopeJob, Node: "n1"}
 
 func partitionFault(t testing.TB) (*catalog.Fault, *catalog.Mechanism) {
 	t.Helper()
@@ -120,7 +120,7 @@ func TestInjectRefusesLocalAndBadServers(t *testing.T) {
 	tests := []struct {
 		name string
 		raw  map[string]string
-		ref  target.Ref
+		ref  inventory.Ref
 		want []string // substrings of the error
 	}{
 		{"ext4 path", map[string]string{"path": "/checkpoints/run1"}, node, []string{"/checkpoints/run1", "ext4", "not a network filesystem", "server parameter"}},
@@ -131,7 +131,7 @@ func TestInjectRefusesLocalAndBadServers(t *testing.T) {
 		{"v6 cidr given", map[string]string{"server": "fd00::/64"}, node, []string{"IPv4"}},
 		{"unresolvable host", map[string]string{"server": "nowhere.example"}, node, []string{"resolve", "nowhere.example"}},
 		{"host with no v4", map[string]string{"server": "v6only.example"}, node, []string{"no IPv4"}},
-		{"no path, server or job", map[string]string{}, target.Ref{Node: "n1"}, []string{"no server, no path"}},
+		{"no path, server or job", map[string]string{}, inventory.Ref{Node: "n1"}, []string{"no server, no path"}},
 		// Reading the routes of a namespace by its handle takes root.
 		{"server on this node", map[string]string{"server": "127.0.0.1"}, node, []string{"127.0.0.1", "this node"}},
 	}

@@ -9,14 +9,14 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
 // Player is the part of the twin an injector needs. *twin.Twin implements it.
 // Apply is idempotent per key and Revert of an unknown key succeeds.
 type Player interface {
-	Apply(key string, ref target.Ref, effects []catalog.Effect) error
+	Apply(key string, ref inventory.Ref, effects []catalog.Effect) error
 	Revert(key string) error
 }
 
@@ -30,7 +30,7 @@ type Injector struct {
 func New(f *catalog.Fault, p Player) *Injector { return &Injector{fault: f, player: p} }
 
 // Inject plays the fault's effects for the resolved values on ref.
-func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error {
+func (in *Injector) Inject(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -11,24 +11,24 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
-	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
 // refFor aims a fault at GPU 3 of the first node, or the matching object of
 // its scope.
-func refFor(f *catalog.Fault, inv target.Inventory) target.Ref {
+func refFor(f *catalog.Fault, inv inventory.Inventory) inventory.Ref {
 	n := inv.Nodes[0]
 	g := n.GPUs[3]
 	switch f.Scope {
 	case catalog.ScopeNode:
-		return target.Ref{Kind: catalog.ScopeNode, Node: n.Name}
+		return inventory.Ref{Kind: catalog.ScopeNode, Node: n.Name}
 	case catalog.ScopeJob:
-		return target.Ref{Kind: catalog.ScopeJob, Job: inv.Jobs[0].Name}
+		return inventory.Ref{Kind: catalog.ScopeJob, Job: inv.Jobs[0].Name}
 	case catalog.ScopeRank:
-		return target.Ref{Kind: catalog.ScopeRank, Job: inv.Jobs[0].Name, Rank: 3, Node: n.Name, GPU: 3, UUID: g.UUID, PCI: g.PCI}
+		return inventory.Ref{Kind: catalog.ScopeRank, Job: inv.Jobs[0].Name, Rank: 3, Node: n.Name, GPU: 3, UUID: g.UUID, PCI: g.PCI}
 	}
-	return target.Ref{Kind: catalog.ScopeGPU, Node: n.Name, GPU: g.Index, UUID: g.UUID, PCI: g.PCI}
+	return inventory.Ref{Kind: catalog.ScopeGPU, Node: n.Name, GPU: g.Index, UUID: g.UUID, PCI: g.PCI}
 }
 
 // TestConformance runs the injector contract for every fault of the
@@ -59,7 +59,7 @@ func TestConformance(t *testing.T) {
 				if ref.Kind == catalog.ScopeGPU || ref.Kind == catalog.ScopeRank {
 					gone, _ := catalog.Lookup("hardware.fallen-off-bus")
 					env.Vanish = func() {
-						gpu := target.Ref{Kind: catalog.ScopeGPU, Node: ref.Node, GPU: ref.GPU, UUID: ref.UUID, PCI: ref.PCI}
+						gpu := inventory.Ref{Kind: catalog.ScopeGPU, Node: ref.Node, GPU: ref.GPU, UUID: ref.UUID, PCI: ref.PCI}
 						// The fault may have taken the GPU away already.
 						if err := tw.Apply("vanish", gpu, gone.Signature.Effects(nil)); err != nil && !errors.Is(err, twin.ErrTargetGone) {
 							t.Fatalf("make the GPU vanish: %v", err)
