@@ -18,10 +18,10 @@ import (
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/engine"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/promeval"
 	"github.com/gpuchaos/gpuchaos/internal/rules"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
@@ -96,7 +96,7 @@ type Cell struct {
 type FaultResult struct {
 	Fault  *catalog.Fault  `json:"-"`
 	ID     string          `json:"id"`
-	Target target.Ref      `json:"target"`
+	Target inventory.Ref   `json:"target"`
 	Record *engine.Record  `json:"-"`
 	Job    JobImpact       `json:"job"`
 	By     []string        `json:"detected_by"`
@@ -143,7 +143,7 @@ type Baseline struct {
 
 // jobName is the training job of the default twin; faults that need a job
 // target it.
-func jobName(inv target.Inventory) string {
+func jobName(inv inventory.Inventory) string {
 	if len(inv.Jobs) > 0 {
 		return inv.Jobs[0].Name
 	}
@@ -284,7 +284,7 @@ func newTwin(opts Options) (*twin.Twin, error) {
 
 // selectorFor aims a fault at one representative object of its scope: GPU 3
 // of the first node (rank 3 of the job), the first node, or the job.
-func selectorFor(f *catalog.Fault, inv target.Inventory) v1alpha1.Selector {
+func selectorFor(f *catalog.Fault, inv inventory.Inventory) v1alpha1.Selector {
 	sel := v1alpha1.Selector{Mode: v1alpha1.ModeOne}
 	node := inv.Nodes[0]
 	gpu := min(3, len(node.GPUs)-1)
@@ -388,7 +388,7 @@ func (r *runner) runFault(ctx context.Context, f *catalog.Fault, set *ruleSet, b
 	return fr, nil
 }
 
-func gpuCount(inv target.Inventory) int {
+func gpuCount(inv inventory.Inventory) int {
 	n := 0
 	for _, node := range inv.Nodes {
 		n += len(node.GPUs)

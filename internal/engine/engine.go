@@ -13,9 +13,9 @@ import (
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // Clock is the time base of a run. The twin's virtual clock advances the
@@ -31,7 +31,7 @@ type Target interface {
 	Clock
 	// Name is the target's kind as mechanisms list it: twin, local, k8s.
 	Name() string
-	Inventory(ctx context.Context) (target.Inventory, error)
+	Inventory(ctx context.Context) (inventory.Inventory, error)
 	// Injector returns the injector for a fault's mechanism on this target.
 	Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error)
 	// Probe builds a named probe from a spec.
@@ -104,7 +104,7 @@ type Injection struct {
 	Mechanism string            `json:"mechanism"`
 	Safety    catalog.Safety    `json:"safety"`
 	Params    map[string]string `json:"params"`
-	Ref       target.Ref        `json:"target"`
+	Ref       inventory.Ref     `json:"target"`
 
 	fault  *catalog.Fault
 	mech   *catalog.Mechanism
@@ -121,7 +121,7 @@ type Plan struct {
 
 	// inv is the inventory the plan was made from; observations are
 	// matched against it.
-	inv target.Inventory
+	inv inventory.Inventory
 }
 
 // Event is one entry of a run's timeline.
@@ -191,7 +191,7 @@ func (e *Engine) Plan(ctx context.Context, exp *v1alpha1.Experiment) (*Plan, err
 		return nil, fmt.Errorf("read inventory of %s: %w", e.opts.Target.Name(), err)
 	}
 	plan := &Plan{Experiment: exp.Metadata.Name, Target: e.opts.Target.Name(), inv: inv}
-	var all []target.Ref
+	var all []inventory.Ref
 	for i, fs := range exp.Spec.Faults {
 		path := fmt.Sprintf("spec.faults[%d]", i)
 		f, ok := catalog.Lookup(fs.ID)
@@ -213,7 +213,7 @@ func (e *Engine) Plan(ctx context.Context, exp *v1alpha1.Experiment) (*Plan, err
 		if err != nil {
 			return nil, fmt.Errorf("%s.params.%w", path, err)
 		}
-		refs, err := target.Select(inv, exp.Spec.Selector, f.Scope, e.opts.Seed+uint64(i))
+		refs, err := inventory.Select(inv, exp.Spec.Selector, f.Scope, e.opts.Seed+uint64(i))
 		if err != nil {
 			return nil, err
 		}
@@ -227,8 +227,8 @@ func (e *Engine) Plan(ctx context.Context, exp *v1alpha1.Experiment) (*Plan, err
 		}
 	}
 	// A job or node ref stands for every GPU under it: count those.
-	footprint := target.Footprint(inv, all)
-	if err := target.CheckBlastRadius(footprint, exp.Spec.BlastRadius); err != nil {
+	footprint := inventory.Footprint(inv, all)
+	if err := inventory.CheckBlastRadius(footprint, exp.Spec.BlastRadius); err != nil {
 		return nil, err
 	}
 	nodes := map[string]bool{}
@@ -278,7 +278,7 @@ func (e *Engine) mechanism(f *catalog.Fault, name string, allowRisk bool) (*cata
 	return nil, fmt.Errorf("%q is not a mechanism of %s (mechanisms: %s)", name, f.ID, strings.Join(names, ", "))
 }
 
-func refKey(r target.Ref) string {
+func refKey(r inventory.Ref) string {
 	switch r.Kind {
 	case catalog.ScopeGPU:
 		return r.Node + "/gpu" + strconv.Itoa(r.GPU)
@@ -803,7 +803,7 @@ func (p *Plan) Concerns(s probe.Subject) bool {
 // subject without a node matches by UUID, or by index or bus id when the
 // inventory has the one node. An empty subject matches everything: the
 // observation could not say what it is about.
-func Matches(s probe.Subject, r target.Ref, inv target.Inventory) bool {
+func Matches(s probe.Subject, r inventory.Ref, inv inventory.Inventory) bool {
 	if s == (probe.Subject{}) {
 		return true
 	}
@@ -844,11 +844,11 @@ func Matches(s probe.Subject, r target.Ref, inv target.Inventory) bool {
 
 // sameGPU reports whether the subject names r's GPU by index, UUID or bus
 // id.
-func sameGPU(s probe.Subject, r target.Ref) bool {
+func sameGPU(s probe.Subject, r inventory.Ref) bool {
 	return s.GPU == strconv.Itoa(r.GPU) || s.UUID != "" && s.UUID == r.UUID || s.PCI != "" && samePCI(s.PCI, r.PCI)
 }
 
-func jobOn(inv target.Inventory, job, node string, gpu int) bool {
+func jobOn(inv inventory.Inventory, job, node string, gpu int) bool {
 	for _, j := range inv.Jobs {
 		if j.Name != job {
 			continue

@@ -12,9 +12,9 @@ import (
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // fakeTarget drives the engine's error paths, which the twin cannot reach
@@ -63,12 +63,12 @@ func (f *fakeTarget) Sleep(ctx context.Context, d time.Duration) error {
 	return ctx.Err()
 }
 
-func (f *fakeTarget) Inventory(context.Context) (target.Inventory, error) {
-	n := target.Node{Name: "gpu-node-0"}
+func (f *fakeTarget) Inventory(context.Context) (inventory.Inventory, error) {
+	n := inventory.Node{Name: "gpu-node-0"}
 	for i := range 8 {
-		n.GPUs = append(n.GPUs, target.GPU{Index: i, UUID: fmt.Sprintf("GPU-%d", i), PCI: fmt.Sprintf("00000000:%02X:00.0", 0x18+i), Model: "NVIDIA H200"})
+		n.GPUs = append(n.GPUs, inventory.GPU{Index: i, UUID: fmt.Sprintf("GPU-%d", i), PCI: fmt.Sprintf("00000000:%02X:00.0", 0x18+i), Model: "NVIDIA H200"})
 	}
-	return target.Inventory{Nodes: []target.Node{n}}, nil
+	return inventory.Inventory{Nodes: []inventory.Node{n}}, nil
 }
 
 func (f *fakeTarget) Injector(*catalog.Fault, *catalog.Mechanism) (fault.Injector, error) {
@@ -89,7 +89,7 @@ func (f *fakeTarget) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, e
 
 type fakeInjector struct{ f *fakeTarget }
 
-func (i fakeInjector) Inject(ctx context.Context, key string, _ target.Ref, _ catalog.Values) error {
+func (i fakeInjector) Inject(ctx context.Context, key string, _ inventory.Ref, _ catalog.Values) error {
 	i.f.mu.Lock()
 	defer i.f.mu.Unlock()
 	if key == i.f.failOn {

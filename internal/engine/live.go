@@ -9,9 +9,9 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/probe/promapi"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/tick"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 	"github.com/gpuchaos/gpuchaos/internal/twin/live"
@@ -42,7 +42,7 @@ func (LiveTarget) Now() time.Time { return time.Now() }
 func (LiveTarget) Sleep(ctx context.Context, d time.Duration) error { return tick.Sleep(ctx, d) }
 
 // Inventory returns the twin's nodes, GPUs and jobs.
-func (t LiveTarget) Inventory(ctx context.Context) (target.Inventory, error) {
+func (t LiveTarget) Inventory(ctx context.Context) (inventory.Inventory, error) {
 	return t.Runner.Inventory(), ctx.Err()
 }
 

@@ -18,12 +18,12 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 	"github.com/gpuchaos/gpuchaos/internal/fault/kmsgxid"
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/probe/promapi"
 	"github.com/gpuchaos/gpuchaos/internal/probe/scrape"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 	"github.com/gpuchaos/gpuchaos/internal/xidwatch"
 )
@@ -79,7 +79,7 @@ type LocalOptions struct {
 	// rank- and job-scope faults have targets to select: the node cannot
 	// tell on its own which processes form a job. A rank without a Node
 	// is put on this node.
-	Jobs []target.Job
+	Jobs []inventory.Job
 	// JobNames are jobs found at each inventory by their processes:
 	// every process whose environment has GPUCHAOS_JOB set to the name
 	// and a RANK is a rank, on the GPU its LOCAL_RANK names (its RANK
@@ -289,12 +289,12 @@ func (*LocalTarget) Sleep(ctx context.Context, d time.Duration) error {
 
 // Inventory returns one node, named by the hostname, with the GPUs the
 // source listed at start, and the jobs LocalOptions.Jobs declares.
-func (t *LocalTarget) Inventory(ctx context.Context) (target.Inventory, error) {
-	n := target.Node{Name: t.host}
+func (t *LocalTarget) Inventory(ctx context.Context) (inventory.Inventory, error) {
+	n := inventory.Node{Name: t.host}
 	for _, d := range t.devs {
-		n.GPUs = append(n.GPUs, target.GPU{Index: d.Index, UUID: d.UUID, PCI: d.PCI, Model: d.Name})
+		n.GPUs = append(n.GPUs, inventory.GPU{Index: d.Index, UUID: d.UUID, PCI: d.PCI, Model: d.Name})
 	}
-	inv := target.Inventory{Nodes: []target.Node{n}}
+	inv := inventory.Inventory{Nodes: []inventory.Node{n}}
 	for _, j := range t.opts.Jobs {
 		// A copy, so that filling in the node leaves the options alone.
 		j.Ranks = slices.Clone(j.Ranks)
@@ -308,12 +308,12 @@ func (t *LocalTarget) Inventory(ctx context.Context) (target.Inventory, error) {
 	for _, name := range t.opts.JobNames {
 		ranks, err := procfind.Ranks(name)
 		if err != nil {
-			return target.Inventory{}, fmt.Errorf("find the ranks of job %s: %w", name, err)
+			return inventory.Inventory{}, fmt.Errorf("find the ranks of job %s: %w", name, err)
 		}
 		if len(ranks) == 0 {
-			return target.Inventory{}, fmt.Errorf("job %s: no process on this node has %s=%s and a RANK", name, procfind.EnvJob, name)
+			return inventory.Inventory{}, fmt.Errorf("job %s: no process on this node has %s=%s and a RANK", name, procfind.EnvJob, name)
 		}
-		j := target.Job{Name: name}
+		j := inventory.Job{Name: name}
 		for _, r := range ranks {
 			// A rank's children (loader workers, a wrapper's child) carry
 			// its environment too; the eldest, listed first, is the rank.
@@ -325,9 +325,9 @@ func (t *LocalTarget) Inventory(ctx context.Context) (target.Inventory, error) {
 				g = r.Rank
 			}
 			if len(t.devs) == 0 {
-				g = target.NoGPU // a job on CPUs, on a node without GPUs
+				g = inventory.NoGPU // a job on CPUs, on a node without GPUs
 			}
-			j.Ranks = append(j.Ranks, target.Rank{Rank: r.Rank, Node: t.host, GPU: g})
+			j.Ranks = append(j.Ranks, inventory.Rank{Rank: r.Rank, Node: t.host, GPU: g})
 		}
 		inv.Jobs = append(inv.Jobs, j)
 	}

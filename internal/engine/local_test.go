@@ -15,10 +15,10 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // fakeGPUs is a gpu.Source of four GPUs on made-up buses; only Devices is
@@ -316,7 +316,7 @@ func TestLedgerChild(t *testing.T) {
 	}
 	err = l.Record(context.Background(), ledger.Entry{
 		Key: "killed/0/node-a/gpu3", Run: "killed", Target: "local", Fault: "hardware.xid", Mechanism: "kernel-log",
-		Ref: target.Ref{Kind: "gpu", Node: "node-a", GPU: 3, PCI: "00000000:C4:00.0"}, InjectedAt: time.Now(),
+		Ref: inventory.Ref{Kind: "gpu", Node: "node-a", GPU: 3, PCI: "00000000:C4:00.0"}, InjectedAt: time.Now(),
 	})
 	if err != nil {
 		fmt.Println("record:", err)

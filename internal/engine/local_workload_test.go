@@ -22,8 +22,8 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 	"github.com/gpuchaos/gpuchaos/internal/workload"
 )
@@ -441,8 +441,8 @@ func TestWorkloadChaosLocal(t *testing.T) {
 	j := startJob(t)
 	state := filepath.Join(t.TempDir(), "state")
 	lt := localFor(t, j, state)
-	rank1 := target.Ref{Kind: catalog.ScopeRank, Job: j.name, Rank: 1, Node: "node-a", GPU: 1}
-	jobRef := target.Ref{Kind: catalog.ScopeJob, Job: j.name}
+	rank1 := inventory.Ref{Kind: catalog.ScopeRank, Job: j.name, Rank: 1, Node: "node-a", GPU: 1}
+	jobRef := inventory.Ref{Kind: catalog.ScopeJob, Job: j.name}
 
 	// The straggler mechanisms: each attempt is a whole inject, measure,
 	// recover. The two cores also run the test, its scrapes and the

@@ -4,25 +4,25 @@ import (
 	"testing"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 func TestMatches(t *testing.T) {
 	t.Parallel()
-	gpu2 := target.Ref{Kind: catalog.ScopeGPU, Node: "node-a", GPU: 2, UUID: "GPU-2", PCI: "00000000:C3:00.0"}
-	nodeA := target.Ref{Kind: catalog.ScopeNode, Node: "node-a"}
-	job := target.Ref{Kind: catalog.ScopeJob, Job: "train"}
-	one := target.Inventory{
-		Nodes: []target.Node{{Name: "node-a"}},
-		Jobs:  []target.Job{{Name: "train", Ranks: []target.Rank{{Node: "node-a", GPU: 2}}}},
+	gpu2 := inventory.Ref{Kind: catalog.ScopeGPU, Node: "node-a", GPU: 2, UUID: "GPU-2", PCI: "00000000:C3:00.0"}
+	nodeA := inventory.Ref{Kind: catalog.ScopeNode, Node: "node-a"}
+	job := inventory.Ref{Kind: catalog.ScopeJob, Job: "train"}
+	one := inventory.Inventory{
+		Nodes: []inventory.Node{{Name: "node-a"}},
+		Jobs:  []inventory.Job{{Name: "train", Ranks: []inventory.Rank{{Node: "node-a", GPU: 2}}}},
 	}
-	two := target.Inventory{Nodes: []target.Node{{Name: "node-a"}, {Name: "node-b"}}}
+	two := inventory.Inventory{Nodes: []inventory.Node{{Name: "node-a"}, {Name: "node-b"}}}
 	tests := []struct {
 		name string
 		s    probe.Subject
-		r    target.Ref
-		inv  target.Inventory
+		r    inventory.Ref
+		inv  inventory.Inventory
 		want bool
 	}{
 		{"empty subject matches anything", probe.Subject{}, gpu2, one, true},

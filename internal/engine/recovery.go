@@ -10,9 +10,9 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // Outcomes of recovering one ledger entry.
@@ -166,7 +166,7 @@ var identifying = []string{"interface", "pid", "path", "server", "process", "cid
 // lines and errors: the fault, its target as its scope has it, and the
 // parameters that locate it ("network.partition on node gpu-0 (interface
 // eth0, pid 4242)").
-func Describe(faultID string, r target.Ref, params map[string]string) string {
+func Describe(faultID string, r inventory.Ref, params map[string]string) string {
 	var where string
 	switch r.Kind {
 	case catalog.ScopeGPU:

@@ -8,8 +8,8 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
@@ -28,7 +28,7 @@ func (t TwinTarget) Now() time.Time { return t.Twin.Now() }
 func (t TwinTarget) Sleep(ctx context.Context, d time.Duration) error { return t.Twin.Sleep(ctx, d) }
 
 // Inventory returns the twin's nodes, GPUs and jobs.
-func (t TwinTarget) Inventory(context.Context) (target.Inventory, error) {
+func (t TwinTarget) Inventory(context.Context) (inventory.Inventory, error) {
 	return t.Twin.Inventory(), nil
 }
 

@@ -18,7 +18,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 )
 
 // Entry is one injection.
@@ -29,7 +29,7 @@ type Entry struct {
 	Fault      string            `json:"fault"`
 	Mechanism  string            `json:"mechanism"`
 	Params     map[string]string `json:"params,omitempty"`
-	Ref        target.Ref        `json:"ref"`
+	Ref        inventory.Ref     `json:"ref"`
 	InjectedAt time.Time         `json:"injected_at"`
 	// Expires is when the injection must be recovered even if its run is
 	// still alive (the time-to-live a watchdog enforces).

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 var at = time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -22,7 +22,7 @@ func entry(key string) ledger.Entry {
 	return ledger.Entry{
 		Key: key, Run: "run-1", Target: "twin", Fault: "hardware.xid", Mechanism: "kmsg",
 		Params:     map[string]string{"code": "79"},
-		Ref:        target.Ref{Kind: catalog.ScopeGPU, Node: "gpu-node-0", GPU: 3, UUID: "GPU-3", PCI: "00000000:18:00.0"},
+		Ref:        inventory.Ref{Kind: catalog.ScopeGPU, Node: "gpu-node-0", GPU: 3, UUID: "GPU-3", PCI: "00000000:18:00.0"},
 		InjectedAt: at, Expires: at.Add(20 * time.Minute),
 	}
 }

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/promeval"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // fiftyRules builds 50 rules of the kinds teams deploy: 10 recording
@@ -151,16 +151,16 @@ func BenchmarkCatalogue50Rules(b *testing.B) {
 		for _, f := range catalog.All() {
 			tw := newTwin(b)
 			t0 := tw.Now()
-			var ref target.Ref
+			var ref inventory.Ref
 			switch f.Scope {
 			case catalog.ScopeGPU:
 				ref = gpuRef(b, tw, 3)
 			case catalog.ScopeRank:
 				ref = rankRef(b, tw, 3)
 			case catalog.ScopeNode:
-				ref = target.Ref{Kind: catalog.ScopeNode, Node: tw.Inventory().Nodes[0].Name}
+				ref = inventory.Ref{Kind: catalog.ScopeNode, Node: tw.Inventory().Nodes[0].Name}
 			case catalog.ScopeJob:
-				ref = target.Ref{Kind: catalog.ScopeJob, Job: tw.Inventory().Jobs[0].Name}
+				ref = inventory.Ref{Kind: catalog.ScopeJob, Job: tw.Inventory().Jobs[0].Name}
 			}
 			values, err := f.Resolve(nil)
 			if err != nil {

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/rules"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
@@ -29,16 +29,16 @@ func newTwin(t testing.TB) *twin.Twin {
 }
 
 // gpuRef returns the reference of GPU index on the twin's first node.
-func gpuRef(t testing.TB, tw *twin.Twin, index int) target.Ref {
+func gpuRef(t testing.TB, tw *twin.Twin, index int) inventory.Ref {
 	t.Helper()
 	n := tw.Inventory().Nodes[0]
 	g := n.GPUs[index]
-	return target.Ref{Kind: catalog.ScopeGPU, Node: n.Name, GPU: g.Index, UUID: g.UUID, PCI: g.PCI}
+	return inventory.Ref{Kind: catalog.ScopeGPU, Node: n.Name, GPU: g.Index, UUID: g.UUID, PCI: g.PCI}
 }
 
 // inject applies a catalogue fault with its default parameters overridden
 // by params to ref, as the engine's twin injector does.
-func inject(t testing.TB, tw *twin.Twin, id string, params map[string]string, ref target.Ref) {
+func inject(t testing.TB, tw *twin.Twin, id string, params map[string]string, ref inventory.Ref) {
 	t.Helper()
 	f, ok := catalog.Lookup(id)
 	if !ok {
@@ -76,9 +76,9 @@ func rule(t testing.TB, set *rules.Set, name string) *rules.Rule {
 }
 
 // rankRef returns the reference of a rank of the twin's first job.
-func rankRef(t testing.TB, tw *twin.Twin, rank int) target.Ref {
+func rankRef(t testing.TB, tw *twin.Twin, rank int) inventory.Ref {
 	t.Helper()
 	j := tw.Inventory().Jobs[0]
 	r := j.Ranks[rank]
-	return target.Ref{Kind: catalog.ScopeRank, Job: j.Name, Rank: r.Rank, Node: r.Node, GPU: r.GPU}
+	return inventory.Ref{Kind: catalog.ScopeRank, Job: j.Name, Rank: r.Rank, Node: r.Node, GPU: r.GPU}
 }

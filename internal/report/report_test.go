@@ -11,9 +11,9 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/coverage"
 	"github.com/gpuchaos/gpuchaos/internal/engine"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/report"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 func fault(t *testing.T, id string) *catalog.Fault {
@@ -55,7 +55,7 @@ func late(s float64) outcome { return outcome{engine.Late, s} }
 
 // faultResult assembles a fault's row the way coverage.Run does: cells in
 // detector order, By in that order too, First the fastest.
-func faultResult(f *catalog.Fault, ref target.Ref, job coverage.JobImpact, ds []*probe.Detector, outs ...outcome) *coverage.FaultResult {
+func faultResult(f *catalog.Fault, ref inventory.Ref, job coverage.JobImpact, ds []*probe.Detector, outs ...outcome) *coverage.FaultResult {
 	fr := &coverage.FaultResult{Fault: f, ID: f.ID, Target: ref, Job: job, Cells: map[string]coverage.Cell{}}
 	for i, d := range ds {
 		o := outs[i]
@@ -84,8 +84,8 @@ func result(ds []*probe.Detector, baseline coverage.Baseline, frs ...*coverage.F
 }
 
 var (
-	gpu3  = target.Ref{Kind: catalog.ScopeGPU, Node: "gpu-node-0", GPU: 3}
-	rank3 = target.Ref{Kind: catalog.ScopeRank, Job: "train", Rank: 3}
+	gpu3  = inventory.Ref{Kind: catalog.ScopeGPU, Node: "gpu-node-0", GPU: 3}
+	rank3 = inventory.Ref{Kind: catalog.ScopeRank, Job: "train", Rank: 3}
 )
 
 // sample is three catalogue faults against three detectors: one caught in

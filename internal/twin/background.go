@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 )
 
 // scheduleBackground draws the time to the next background failure: the
@@ -49,7 +49,7 @@ func (t *Twin) backgroundFailure() {
 	if g.mods.offBus {
 		return // already out; a second failure on it changes nothing
 	}
-	ref := target.Ref{Kind: catalog.ScopeGPU, Node: g.node.name, GPU: g.index, UUID: g.uuid, PCI: g.pci}
+	ref := inventory.Ref{Kind: catalog.ScopeGPU, Node: g.node.name, GPU: g.index, UUID: g.uuid, PCI: g.pci}
 	repair := t.spec.RepairTime
 	var effects []catalog.Effect
 	switch class {
@@ -62,7 +62,7 @@ func (t *Twin) backgroundFailure() {
 	case "gsp":
 		effects = []catalog.Effect{{Kind: catalog.EffectXID, Code: 119}}
 	case "host":
-		ref = target.Ref{Kind: catalog.ScopeNode, Node: g.node.name}
+		ref = inventory.Ref{Kind: catalog.ScopeNode, Node: g.node.name}
 		effects = []catalog.Effect{{Kind: catalog.EffectNode, Mode: "drain"}}
 	case "network":
 		if g.job == nil {

@@ -7,7 +7,7 @@ import (
 	"strconv"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 )
 
@@ -23,7 +23,7 @@ const xidPriority = 3
 // faults combine and revert in any order.
 type application struct {
 	key     string
-	ref     target.Ref
+	ref     inventory.Ref
 	effects []catalog.Effect
 	gpus    []*gpu
 	nodes   []*node
@@ -41,7 +41,7 @@ type application struct {
 // The first Apply that succeeds pins the history: from then on Sleep keeps
 // every sample from the retention before it onward (Options.Retention), so
 // an experiment's probes can read back to their baselines until it ends.
-func (t *Twin) Apply(key string, ref target.Ref, effects []catalog.Effect) error {
+func (t *Twin) Apply(key string, ref inventory.Ref, effects []catalog.Effect) error {
 	if err := t.apply(key, ref, effects); err != nil {
 		return err
 	}
@@ -54,7 +54,7 @@ func (t *Twin) Apply(key string, ref target.Ref, effects []catalog.Effect) error
 // apply is Apply without the pin, for the twin's own background failures:
 // they are part of the cluster's life, not an experiment to keep history
 // for.
-func (t *Twin) apply(key string, ref target.Ref, effects []catalog.Effect) error {
+func (t *Twin) apply(key string, ref inventory.Ref, effects []catalog.Effect) error {
 	if _, ok := t.applied[key]; ok {
 		return nil
 	}
@@ -117,7 +117,7 @@ func (t *Twin) Revert(key string) error {
 
 // resolve finds the GPUs, nodes and jobs a reference touches. A GPU effect
 // on a node reaches every GPU of it; on a job every rank's GPU.
-func (t *Twin) resolve(ref target.Ref) (*application, error) {
+func (t *Twin) resolve(ref inventory.Ref) (*application, error) {
 	a := &application{}
 	switch ref.Kind {
 	case catalog.ScopeGPU:

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/series"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 const demoJob = "llm-pretrain"
@@ -42,7 +42,7 @@ func sleep(t testing.TB, tw *Twin, d time.Duration) {
 	}
 }
 
-func apply(t testing.TB, tw *Twin, key string, ref target.Ref, effects ...catalog.Effect) {
+func apply(t testing.TB, tw *Twin, key string, ref inventory.Ref, effects ...catalog.Effect) {
 	t.Helper()
 	if err := tw.Apply(key, ref, effects); err != nil {
 		t.Fatalf("Apply(%s): %v", key, err)
@@ -56,16 +56,18 @@ func revert(t testing.TB, tw *Twin, key string) {
 	}
 }
 
-func gpuRef(tw *Twin, node string, i int) target.Ref {
+func gpuRef(tw *Twin, node string, i int) inventory.Ref {
 	g := tw.byNode[node].gpus[i]
-	return target.Ref{Kind: catalog.ScopeGPU, Node: node, GPU: i, UUID: g.uuid, PCI: g.pci}
+	return inventory.Ref{Kind: catalog.ScopeGPU, Node: node, GPU: i, UUID: g.uuid, PCI: g.pci}
 }
 
-func rankRef(r int) target.Ref { return target.Ref{Kind: catalog.ScopeRank, Job: demoJob, Rank: r} }
+func rankRef(r int) inventory.Ref {
+	return inventory.Ref{Kind: catalog.ScopeRank, Job: demoJob, Rank: r}
+}
 
-func jobRef() target.Ref { return target.Ref{Kind: catalog.ScopeJob, Job: demoJob} }
+func jobRef() inventory.Ref { return inventory.Ref{Kind: catalog.ScopeJob, Job: demoJob} }
 
-func nodeRef(n string) target.Ref { return target.Ref{Kind: catalog.ScopeNode, Node: n} }
+func nodeRef(n string) inventory.Ref { return inventory.Ref{Kind: catalog.ScopeNode, Node: n} }
 
 func status(t testing.TB, tw *Twin) JobStatus {
 	t.Helper()

@@ -11,8 +11,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/series"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // Errors Apply wraps, so callers can branch on them with errors.Is.
@@ -206,10 +206,10 @@ func (t *Twin) Sleep(ctx context.Context, d time.Duration) error {
 // Inventory lists nodes, GPUs (with UUID and PCI bus id) and jobs with their
 // rank placement. GPUs off the bus stay listed: they are still in the
 // machine and in the scheduler's books.
-func (t *Twin) Inventory() target.Inventory {
-	inv := target.Inventory{Nodes: make([]target.Node, 0, len(t.nodes)), Jobs: make([]target.Job, 0, len(t.jobs))}
+func (t *Twin) Inventory() inventory.Inventory {
+	inv := inventory.Inventory{Nodes: make([]inventory.Node, 0, len(t.nodes)), Jobs: make([]inventory.Job, 0, len(t.jobs))}
 	for _, n := range t.nodes {
-		tn := target.Node{Name: n.name, GPUs: make([]target.GPU, 0, len(n.gpus))}
+		tn := inventory.Node{Name: n.name, GPUs: make([]inventory.GPU, 0, len(n.gpus))}
 		if len(n.labels) > 0 {
 			tn.Labels = make(map[string]string, len(n.labels))
 			for k, v := range n.labels {
@@ -217,14 +217,14 @@ func (t *Twin) Inventory() target.Inventory {
 			}
 		}
 		for _, g := range n.gpus {
-			tn.GPUs = append(tn.GPUs, target.GPU{Index: g.index, UUID: g.uuid, PCI: g.pci, Model: g.model.ModelName})
+			tn.GPUs = append(tn.GPUs, inventory.GPU{Index: g.index, UUID: g.uuid, PCI: g.pci, Model: g.model.ModelName})
 		}
 		inv.Nodes = append(inv.Nodes, tn)
 	}
 	for _, j := range t.jobs {
-		tj := target.Job{Name: j.spec.Name, Ranks: make([]target.Rank, len(j.ranks))}
+		tj := inventory.Job{Name: j.spec.Name, Ranks: make([]inventory.Rank, len(j.ranks))}
 		for r, g := range j.ranks {
-			tj.Ranks[r] = target.Rank{Rank: r, Node: g.node.name, GPU: g.index}
+			tj.Ranks[r] = inventory.Rank{Rank: r, Node: g.node.name, GPU: g.index}
 		}
 		inv.Jobs = append(inv.Jobs, tj)
 	}

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/series"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 func sameSeries(a, b []*series.Series) bool {
@@ -367,15 +367,15 @@ func TestHang(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name    string
-		ref     func(*Twin) target.Ref
+		ref     func(*Twin) inventory.Ref
 		effect  catalog.Effect
 		timeout time.Duration
 	}{
-		{"rank hang, PyTorch default watchdog", func(*Twin) target.Ref { return rankRef(9) },
+		{"rank hang, PyTorch default watchdog", func(*Twin) inventory.Ref { return rankRef(9) },
 			catalog.Effect{Kind: catalog.EffectRank, Mode: "hang"}, 10 * time.Minute},
-		{"collective hang, 120s watchdog", func(*Twin) target.Ref { return jobRef() },
+		{"collective hang, 120s watchdog", func(*Twin) inventory.Ref { return jobRef() },
 			catalog.Effect{Kind: catalog.EffectCollective, Mode: "hang", Value: 120}, 2 * time.Minute},
-		{"network partition", func(*Twin) target.Ref { return nodeRef("gpu-node-1") },
+		{"network partition", func(*Twin) inventory.Ref { return nodeRef("gpu-node-1") },
 			catalog.Effect{Kind: catalog.EffectNetwork, Mode: "partition"}, 10 * time.Minute},
 	}
 	for _, tc := range tests {
@@ -457,11 +457,11 @@ func TestEffects(t *testing.T) {
 			t.Errorf("step %gs → %gs, want slower", before.LastStepSeconds, st.LastStepSeconds)
 		}
 	}
-	g0 := func(tw *Twin) target.Ref { return gpuRef(tw, "gpu-node-0", 0) }
+	g0 := func(tw *Twin) inventory.Ref { return gpuRef(tw, "gpu-node-0", 0) }
 	tests := []struct {
 		name   string
 		spec   func() ClusterSpec
-		ref    func(*Twin) target.Ref
+		ref    func(*Twin) inventory.Ref
 		effect catalog.Effect
 		wait   time.Duration
 		check  check
@@ -546,11 +546,11 @@ func TestEffects(t *testing.T) {
 					t.Errorf("PCIe RX %g B/s, want ≥ 20e9", v)
 				}
 			}},
-		{"collective bandwidth cut", nil, func(*Twin) target.Ref { return jobRef() },
+		{"collective bandwidth cut", nil, func(*Twin) inventory.Ref { return jobRef() },
 			catalog.Effect{Kind: catalog.EffectCollective, Mode: "inter", Factor: 0.25}, 2 * time.Minute, slower},
-		{"network delay and rate limit", nil, func(*Twin) target.Ref { return nodeRef("gpu-node-1") },
+		{"network delay and rate limit", nil, func(*Twin) inventory.Ref { return nodeRef("gpu-node-1") },
 			catalog.Effect{Kind: catalog.EffectNetwork, Value: 0.005, Factor: 0.5}, 2 * time.Minute, slower},
-		{"checkpoint volume full", nil, func(*Twin) target.Ref { return jobRef() },
+		{"checkpoint volume full", nil, func(*Twin) inventory.Ref { return jobRef() },
 			catalog.Effect{Kind: catalog.EffectCheckpoint, Mode: "fill"}, 25 * time.Minute,
 			func(t *testing.T, tw *Twin, before JobStatus) {
 				st := status(t, tw)
@@ -561,7 +561,7 @@ func TestEffects(t *testing.T) {
 					t.Error("checkpoint failures not exported")
 				}
 			}},
-		{"checkpoint writer killed", nil, func(*Twin) target.Ref { return jobRef() },
+		{"checkpoint writer killed", nil, func(*Twin) inventory.Ref { return jobRef() },
 			catalog.Effect{Kind: catalog.EffectCheckpoint, Mode: "kill-writer"}, 12 * time.Minute,
 			func(t *testing.T, tw *Twin, before JobStatus) {
 				st := status(t, tw)
@@ -569,7 +569,7 @@ func TestEffects(t *testing.T) {
 					t.Errorf("job %+v, want one restart from the previous checkpoint %d", st, before.LastCheckpointStep)
 				}
 			}},
-		{"newest checkpoint corrupt, then a crash", nil, func(*Twin) target.Ref { return jobRef() },
+		{"newest checkpoint corrupt, then a crash", nil, func(*Twin) inventory.Ref { return jobRef() },
 			catalog.Effect{Kind: catalog.EffectCheckpoint, Mode: "corrupt"}, time.Minute,
 			func(t *testing.T, tw *Twin, before JobStatus) {
 				j := tw.byJob[demoJob]
@@ -584,7 +584,7 @@ func TestEffects(t *testing.T) {
 			s := Default()
 			s.Jobs[0].CheckpointMode = CheckpointSync
 			return s
-		}, func(*Twin) target.Ref { return jobRef() },
+		}, func(*Twin) inventory.Ref { return jobRef() },
 			catalog.Effect{Kind: catalog.EffectCheckpoint, Mode: "partition"}, 12 * time.Minute,
 			func(t *testing.T, tw *Twin, _ JobStatus) {
 				st := status(t, tw)
@@ -602,37 +602,37 @@ func TestEffects(t *testing.T) {
 			s := Default()
 			s.Jobs[0].CheckpointMode = CheckpointSync
 			return s
-		}, func(*Twin) target.Ref { return jobRef() },
+		}, func(*Twin) inventory.Ref { return jobRef() },
 			catalog.Effect{Kind: catalog.EffectCheckpoint, Mode: "slow", Factor: 0.1}, 20 * time.Minute,
 			func(t *testing.T, tw *Twin, before JobStatus) {
 				if g := status(t, tw).Goodput; g > before.Goodput-0.01 {
 					t.Errorf("goodput %g, want below %g: a 50 s stall per checkpoint", g, before.Goodput)
 				}
 			}},
-		{"rank kill", nil, func(*Twin) target.Ref { return rankRef(12) },
+		{"rank kill", nil, func(*Twin) inventory.Ref { return rankRef(12) },
 			catalog.Effect{Kind: catalog.EffectRank, Mode: "kill"}, 5 * time.Minute, crashed},
-		{"cordon", nil, func(*Twin) target.Ref { return nodeRef("gpu-node-1") },
+		{"cordon", nil, func(*Twin) inventory.Ref { return nodeRef("gpu-node-1") },
 			catalog.Effect{Kind: catalog.EffectNode, Mode: "cordon"}, time.Minute,
 			func(t *testing.T, tw *Twin, _ JobStatus) {
 				if v := last(tw.Select("kube_node_spec_unschedulable")[1]); v != 1 || status(t, tw).Restarts != 0 {
 					t.Errorf("unschedulable %g, job %+v", v, status(t, tw))
 				}
 			}},
-		{"drain", nil, func(*Twin) target.Ref { return nodeRef("gpu-node-1") },
+		{"drain", nil, func(*Twin) inventory.Ref { return nodeRef("gpu-node-1") },
 			catalog.Effect{Kind: catalog.EffectNode, Mode: "drain"}, 5 * time.Minute,
 			func(t *testing.T, tw *Twin, _ JobStatus) {
 				if st := status(t, tw); st.State != "blocked" {
 					t.Errorf("job %+v, want blocked on the drained node", st)
 				}
 			}},
-		{"device plugin killed", nil, func(*Twin) target.Ref { return nodeRef("gpu-node-1") },
+		{"device plugin killed", nil, func(*Twin) inventory.Ref { return nodeRef("gpu-node-1") },
 			catalog.Effect{Kind: catalog.EffectNode, Mode: "device-plugin-kill"}, time.Minute,
 			func(t *testing.T, tw *Twin, _ JobStatus) {
 				if v := last(tw.Select("kube_node_status_allocatable")[1]); v != 0 || status(t, tw).State != "running" {
 					t.Errorf("allocatable %g, job %+v: want 0, running job untouched", v, status(t, tw))
 				}
 			}},
-		{"pod kill", nil, func(*Twin) target.Ref { return nodeRef("gpu-node-0") },
+		{"pod kill", nil, func(*Twin) inventory.Ref { return nodeRef("gpu-node-0") },
 			catalog.Effect{Kind: catalog.EffectNode, Mode: "pod-kill"}, 5 * time.Minute, crashed},
 	}
 	for _, tc := range tests {
@@ -679,14 +679,14 @@ func TestApplyRevertContract(t *testing.T) {
 
 	unknown := []struct {
 		name string
-		ref  target.Ref
+		ref  inventory.Ref
 	}{
-		{"no such node", target.Ref{Kind: catalog.ScopeGPU, Node: "gpu-node-9", GPU: 0}},
-		{"gpu index out of range", target.Ref{Kind: catalog.ScopeGPU, Node: "gpu-node-0", GPU: 8}},
-		{"wrong UUID", target.Ref{Kind: catalog.ScopeGPU, Node: "gpu-node-0", GPU: 1, UUID: "GPU-nope"}},
-		{"no such job", target.Ref{Kind: catalog.ScopeJob, Job: "nope"}},
-		{"rank out of range", target.Ref{Kind: catalog.ScopeRank, Job: demoJob, Rank: 16}},
-		{"no kind", target.Ref{}},
+		{"no such node", inventory.Ref{Kind: catalog.ScopeGPU, Node: "gpu-node-9", GPU: 0}},
+		{"gpu index out of range", inventory.Ref{Kind: catalog.ScopeGPU, Node: "gpu-node-0", GPU: 8}},
+		{"wrong UUID", inventory.Ref{Kind: catalog.ScopeGPU, Node: "gpu-node-0", GPU: 1, UUID: "GPU-nope"}},
+		{"no such job", inventory.Ref{Kind: catalog.ScopeJob, Job: "nope"}},
+		{"rank out of range", inventory.Ref{Kind: catalog.ScopeRank, Job: demoJob, Rank: 16}},
+		{"no kind", inventory.Ref{}},
 	}
 	for _, tc := range unknown {
 		err := tw.Apply("u-"+tc.name, tc.ref, []catalog.Effect{{Kind: catalog.EffectOffBus}})
@@ -734,7 +734,7 @@ func TestInventory(t *testing.T) {
 		t.Fatalf("jobs %+v", inv.Jobs)
 	}
 	for _, r := range inv.Jobs[0].Ranks {
-		if want := (target.Rank{Rank: r.Rank, Node: "gpu-node-" + string(rune('0'+r.Rank/8)), GPU: r.Rank % 8}); r != want {
+		if want := (inventory.Rank{Rank: r.Rank, Node: "gpu-node-" + string(rune('0'+r.Rank/8)), GPU: r.Rank % 8}); r != want {
 			t.Errorf("rank %+v, want %+v", r, want)
 		}
 	}
@@ -747,13 +747,13 @@ func TestStopGrace(t *testing.T) {
 	tests := []struct {
 		name  string
 		grace time.Duration
-		ref   func(*Twin) target.Ref
+		ref   func(*Twin) inventory.Ref
 		eff   catalog.Effect
 		down  time.Duration // restart cost 1m, plus the grace for one rank
 	}{
-		{"rank killed, no grace", 0, func(*Twin) target.Ref { return rankRef(3) }, catalog.Effect{Kind: catalog.EffectRank, Mode: "kill"}, time.Minute},
-		{"rank killed, 30s grace", 30 * time.Second, func(*Twin) target.Ref { return rankRef(3) }, catalog.Effect{Kind: catalog.EffectRank, Mode: "kill"}, 90 * time.Second},
-		{"node drained, 30s grace", 30 * time.Second, func(*Twin) target.Ref { return nodeRef("gpu-node-0") }, catalog.Effect{Kind: catalog.EffectNode, Mode: "pod-kill"}, time.Minute},
+		{"rank killed, no grace", 0, func(*Twin) inventory.Ref { return rankRef(3) }, catalog.Effect{Kind: catalog.EffectRank, Mode: "kill"}, time.Minute},
+		{"rank killed, 30s grace", 30 * time.Second, func(*Twin) inventory.Ref { return rankRef(3) }, catalog.Effect{Kind: catalog.EffectRank, Mode: "kill"}, 90 * time.Second},
+		{"node drained, 30s grace", 30 * time.Second, func(*Twin) inventory.Ref { return nodeRef("gpu-node-0") }, catalog.Effect{Kind: catalog.EffectNode, Mode: "pod-kill"}, time.Minute},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -14,13 +14,13 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 )
 
 // Env is one fresh injector with its target.
 type Env struct {
 	Injector fault.Injector
-	Ref      target.Ref
+	Ref      inventory.Ref
 	Values   catalog.Values
 	// Applied reports, by looking at the target rather than asking the
 	// injector, whether the key's fault is in effect.

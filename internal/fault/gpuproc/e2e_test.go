@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 )
 
 // e2eBinEnv names a real gpuchaos binary; with it, TestRealBinary runs
@@ -131,7 +131,7 @@ func TestRealBinary(t *testing.T) {
 			ctx := fault.WithHoldUntil(context.Background(), time.Now().Add(30*time.Second))
 			const key = "e2e/0"
 			start := time.Now()
-			if err := inj.Inject(ctx, key, target.Ref{GPU: 0}, tc.values); err != nil {
+			if err := inj.Inject(ctx, key, inventory.Ref{GPU: 0}, tc.values); err != nil {
 				t.Fatal(err)
 			}
 			t.Logf("%s ready after %s", tc.fault, time.Since(start).Round(time.Millisecond))

@@ -19,8 +19,8 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
 	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // Defaults of Options' unexported seams.
@@ -135,7 +135,7 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (fault.Injector, err
 // whichever comes first. On error nothing is left running and no state
 // file remains, unless stopping a child failed too; the error then says
 // so and Recover retries.
-func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error {
+func (in *Injector) Inject(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) error {
 	argvs, err := commands(in.fault, ref.GPU, v, childDuration(ctx, time.Now()))
 	if err == nil {
 		err = in.dir.Inject(ctx, key, func() error { return in.inject(ctx, key, ref.GPU, argvs) })

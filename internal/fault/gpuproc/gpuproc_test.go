@@ -19,8 +19,8 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
@@ -153,7 +153,7 @@ func TestConformance(t *testing.T) {
 				r := newRig(t, tc.fault, "ready", nil)
 				return faulttest.Env{
 					Injector: r.inj,
-					Ref:      target.Ref{Kind: catalog.ScopeGPU, GPU: 1},
+					Ref:      inventory.Ref{Kind: catalog.ScopeGPU, GPU: 1},
 					Values:   tc.values,
 					Applied:  func(string) bool { return len(r.alive(t)) > 0 },
 					Vanish: func() {
@@ -190,7 +190,7 @@ func TestInjectStartsTheCommands(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, tc.fault, "ready", nil)
 			const key = "exp/argv"
-			if err := r.inj.Inject(shortHold(), key, target.Ref{GPU: 2}, tc.values); err != nil {
+			if err := r.inj.Inject(shortHold(), key, inventory.Ref{GPU: 2}, tc.values); err != nil {
 				t.Fatal(err)
 			}
 			st, err := readState(r.inj.dir, key)
@@ -279,7 +279,7 @@ func TestInjectFailures(t *testing.T) {
 				ctx = tc.ctx(t)
 			}
 			const key = "exp/fail"
-			err := r.inj.Inject(ctx, key, target.Ref{GPU: 0}, tc.values)
+			err := r.inj.Inject(ctx, key, inventory.Ref{GPU: 0}, tc.values)
 			if err == nil {
 				t.Fatal("inject succeeded")
 			}
@@ -314,7 +314,7 @@ func TestChildThatEndsByItself(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "exhaustion.thermal-soak", "exit", nil)
 	const key = "exp/self"
-	if err := r.inj.Inject(shortHold(), key, target.Ref{GPU: 0}, catalog.Values{"ceiling": int64(87)}); err != nil {
+	if err := r.inj.Inject(shortHold(), key, inventory.Ref{GPU: 0}, catalog.Values{"ceiling": int64(87)}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -328,7 +328,7 @@ func TestChildThatEndsByItself(t *testing.T) {
 		t.Error("state file left after recover")
 	}
 	// A second inject of the recovered key starts a child again.
-	if err := r.inj.Inject(shortHold(), key, target.Ref{GPU: 0}, catalog.Values{"ceiling": int64(87)}); err != nil {
+	if err := r.inj.Inject(shortHold(), key, inventory.Ref{GPU: 0}, catalog.Values{"ceiling": int64(87)}); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(r.records(t)); n != 2 {
@@ -346,7 +346,7 @@ func TestRecoverEscalatesToSIGKILL(t *testing.T) {
 	const grace = 300 * time.Millisecond
 	r := newRig(t, "exhaustion.vram", "ignore-term", func(o *Options) { o.termGrace = grace })
 	const key = "exp/kill"
-	if err := r.inj.Inject(shortHold(), key, target.Ref{GPU: 0}, catalog.Values{"fraction": 0.5}); err != nil {
+	if err := r.inj.Inject(shortHold(), key, inventory.Ref{GPU: 0}, catalog.Values{"fraction": 0.5}); err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
@@ -498,7 +498,9 @@ func TestConcurrentKeys(t *testing.T) {
 	keys := []string{"exp/a", "exp/b", "exp/c"}
 	errs := make(chan error, len(keys))
 	for i, k := range keys {
-		go func() { errs <- r.inj.Inject(shortHold(), k, target.Ref{GPU: i}, catalog.Values{"rate": int64(1e9)}) }()
+		go func() {
+			errs <- r.inj.Inject(shortHold(), k, inventory.Ref{GPU: i}, catalog.Values{"rate": int64(1e9)})
+		}()
 	}
 	for range keys {
 		if err := <-errs; err != nil {

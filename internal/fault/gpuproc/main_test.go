@@ -18,7 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
@@ -166,7 +166,7 @@ func injectorHelper() int {
 		return 1
 	}
 	v := catalog.Values{"load": 0.5, "ceiling": int64(85)}
-	if err := inj.Inject(context.Background(), os.Getenv(helperKeyEnv), target.Ref{GPU: 0}, v); err != nil {
+	if err := inj.Inject(context.Background(), os.Getenv(helperKeyEnv), inventory.Ref{GPU: 0}, v); err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
-	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 )
 
 // TestRecoverWhateverBecameOfTheChildren injects a fault of two children,
@@ -39,7 +39,7 @@ func TestRecoverWhateverBecameOfTheChildren(t *testing.T) {
 			r := newRig(t, "exhaustion.noisy-neighbour", "ready", nil)
 			const key = "exp/vanish"
 			v := catalog.Values{"share": 0.5, "memory": 0.1}
-			if err := r.inj.Inject(shortHold(), key, target.Ref{Kind: catalog.ScopeGPU, GPU: 0}, v); err != nil {
+			if err := r.inj.Inject(shortHold(), key, inventory.Ref{Kind: catalog.ScopeGPU, GPU: 0}, v); err != nil {
 				t.Fatal(err)
 			}
 			st, err := readState(r.inj.dir, key)

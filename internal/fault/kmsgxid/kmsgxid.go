@@ -6,8 +6,8 @@ import (
 	"sync"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 )
 
@@ -73,7 +73,7 @@ func New(f *catalog.Fault, w Writer) (*Injector, error) {
 
 // Line returns the exact text Inject writes for ref and v, without the
 // priority prefix.
-func (in *Injector) Line(ref target.Ref, v catalog.Values) (string, error) {
+func (in *Injector) Line(ref inventory.Ref, v catalog.Values) (string, error) {
 	l, _ := lineFor(in.fault, v)
 	if _, ok := xid.Lookup(l.code); !ok {
 		return "", fmt.Errorf("XID code %d is not in the XID table", l.code)
@@ -90,7 +90,7 @@ func (in *Injector) Line(ref target.Ref, v catalog.Values) (string, error) {
 // restarts the engine's ledger keeps the promise: it records the key before
 // Inject and, after a crash, recovers pending keys instead of injecting
 // them again.
-func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error {
+func (in *Injector) Inject(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("inject %s on gpu %d: %w", in.fault.ID, ref.GPU, err)
 	}

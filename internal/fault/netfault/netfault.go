@@ -16,8 +16,8 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	nf "github.com/gpuchaos/gpuchaos/internal/netfault"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // planner turns a fault's resolved values into a planned change.
@@ -98,7 +98,7 @@ func New(f *catalog.Fault, mechanism, stateDir string) (*Injector, error) {
 // Inject plans the change, records it, then applies it. A key already
 // recorded is a no-op. When applying fails, what was applied is undone and
 // the record removed; if undoing fails too, the record stays for Recover.
-func (in *Injector) Inject(ctx context.Context, key string, ref target.Ref, v catalog.Values) error {
+func (in *Injector) Inject(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) error {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	what := fmt.Sprintf("inject %s via %s on %s", in.fault.ID, in.mechanism, where(ref, v))
@@ -176,7 +176,7 @@ func (in *Injector) Recover(ctx context.Context, key string) error {
 	return nil
 }
 
-func where(ref target.Ref, v catalog.Values) string {
+func where(ref inventory.Ref, v catalog.Values) string {
 	iface := v.String("interface")
 	if iface == "" {
 		iface = "the default route's interface"

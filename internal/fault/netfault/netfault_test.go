@@ -22,9 +22,9 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/netfault"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	nf "github.com/gpuchaos/gpuchaos/internal/netfault"
 	nt "github.com/gpuchaos/gpuchaos/internal/netfault/netnstest"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-var node = target.Ref{Kind: catalog.ScopeNode, Node: "n1"}
+var node = inventory.Ref{Kind: catalog.ScopeNode, Node: "n1"}
 
 func mustFault(t testing.TB, id string) *catalog.Fault {
 	t.Helper()

@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/series"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/textformat"
 	"github.com/gpuchaos/gpuchaos/internal/tick"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
@@ -252,7 +252,7 @@ func (r *Runner) Slipped() time.Duration {
 func (r *Runner) Running() bool { return r.running.Load() }
 
 // Apply plays effects on ref under key (twin.Twin.Apply), with the lock.
-func (r *Runner) Apply(key string, ref target.Ref, effects []catalog.Effect) error {
+func (r *Runner) Apply(key string, ref inventory.Ref, effects []catalog.Effect) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.tw.Apply(key, ref, effects)
@@ -266,7 +266,7 @@ func (r *Runner) Revert(key string) error {
 }
 
 // Inventory returns the twin's nodes, GPUs and jobs.
-func (r *Runner) Inventory() target.Inventory {
+func (r *Runner) Inventory() inventory.Inventory {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.tw.Inventory()

@@ -17,8 +17,8 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/series"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 
 	"github.com/gpuchaos/gpuchaos/internal/textformat"
@@ -80,17 +80,17 @@ func scrape(t *testing.T, h http.Handler) map[string]*expFamily {
 }
 
 // gpuOf finds one GPU in the runner's inventory.
-func gpuOf(t *testing.T, r *Runner, node string, i int) target.Ref {
+func gpuOf(t *testing.T, r *Runner, node string, i int) inventory.Ref {
 	t.Helper()
 	for _, n := range r.Inventory().Nodes {
 		for _, g := range n.GPUs {
 			if n.Name == node && g.Index == i {
-				return target.Ref{Kind: catalog.ScopeGPU, Node: node, GPU: i, UUID: g.UUID, PCI: g.PCI}
+				return inventory.Ref{Kind: catalog.ScopeGPU, Node: node, GPU: i, UUID: g.UUID, PCI: g.PCI}
 			}
 		}
 	}
 	t.Fatalf("no GPU %s/%d", node, i)
-	return target.Ref{}
+	return inventory.Ref{}
 }
 
 // injector plays a catalogue fault through the runner, as the live engine
@@ -342,7 +342,7 @@ func TestConcurrent(t *testing.T) {
 		})
 	}
 	inj, v := injector(t, r, "hardware.fallen-off-bus")
-	var refs []target.Ref
+	var refs []inventory.Ref
 	for i := range 4 {
 		refs = append(refs, gpuOf(t, r, "gpu-node-1", i))
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/series"
-	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
@@ -50,7 +50,7 @@ func TestTwinDevicesMatchInventory(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			var inv []target.GPU
+			var inv []inventory.GPU
 			for _, n := range tw.Inventory().Nodes {
 				if n.Name == node {
 					inv = n.GPUs
@@ -137,11 +137,11 @@ func TestTwinSampleMissingAndLost(t *testing.T) {
 		t.Error("temperature missing")
 	}
 
-	var ref target.Ref
+	var ref inventory.Ref
 	for _, n := range tw.Inventory().Nodes {
 		if n.Name == "gpu-node-0" {
 			g := n.GPUs[2]
-			ref = target.Ref{Kind: catalog.ScopeGPU, Node: n.Name, GPU: g.Index, UUID: g.UUID, PCI: g.PCI}
+			ref = inventory.Ref{Kind: catalog.ScopeGPU, Node: n.Name, GPU: g.Index, UUID: g.UUID, PCI: g.PCI}
 		}
 	}
 	if err := tw.Apply("offbus", ref, []catalog.Effect{{Kind: catalog.EffectOffBus}}); err != nil {
