@@ -1,4 +1,4 @@
-package target
+package inventory
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package target
+package inventory
 
 import "github.com/gpuchaos/gpuchaos/internal/catalog"
 
