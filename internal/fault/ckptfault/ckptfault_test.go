@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -324,7 +325,7 @@ func TestSlowStorageRefusesWithoutABlockDevice(t *testing.T) {
 }
 
 // directRate measures a direct writer's bytes per second over d.
-func directRate(t *testing.T, count string, d time.Duration) float64 {
+func directRate(t testing.TB, count string, d time.Duration) float64 {
 	t.Helper()
 	read := func() int64 {
 		b, _ := os.ReadFile(count)
@@ -336,9 +337,38 @@ func directRate(t *testing.T, count string, d time.Duration) float64 {
 	return float64(read()-c0) / time.Since(t0).Seconds()
 }
 
+// kernelHolds checks that the kernel's files of the confinement's group
+// hold every limit written into them: each word written is in what the
+// file reads back (io.max reads back the limits not set as "max" too).
+func kernelHolds(t *testing.T, c *cgroup.Confinement) {
+	t.Helper()
+	if len(c.Files) == 0 {
+		t.Fatalf("group %s has no limits", c.Dir)
+	}
+	for _, f := range c.Files {
+		b, err := os.ReadFile(filepath.Join(c.Mount, c.Dir, f.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Fields(string(b))
+		for _, w := range strings.Fields(f.Value) {
+			if !slices.Contains(got, w) {
+				t.Errorf("%s of %s reads %q, want it to hold %q", f.Name, c.Dir, b, f.Value)
+				break
+			}
+		}
+	}
+}
+
 // TestSlowStorageThrottlesDirectWrites caps a direct-I/O writer on this
-// machine's disk and measures its rate. Not parallel: other tests' disk
-// traffic would blur the figure.
+// machine's disk. It checks what the kernel was asked (the group's
+// throttle file holds the cap, read back from the kernel) and a generous
+// bound on what it did: capped, the writer never writes more than 20 %
+// above the cap, whatever else the disk serves, and still writes; after
+// recovery our group is gone and the writer writes on. How close the
+// capped rate comes to the cap, and how fast the disk is without it,
+// depend on the disk and its other load; BenchmarkSlowStorage reports
+// them. Not parallel: other tests' disk traffic would starve the writer.
 func TestSlowStorageThrottlesDirectWrites(t *testing.T) {
 	dir := realTempDir(t)
 	if _, err := blockDevice(dir); err != nil {
@@ -353,33 +383,36 @@ func TestSlowStorageThrottlesDirectWrites(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	before := directRate(t, count, time.Second)
 	const bandwidth, factor = 40 << 20, 0.1 // a cap of 4 MiB/s
-	if before < 2*bandwidth*factor {
-		t.Skipf("the disk writes only %.1f MiB/s directly, too slow to see a 4 MiB/s cap", before/(1<<20))
-	}
 	in := newInjector(t, idSlow, "")
 	v := faulttest.Values(t, idSlow, map[string]string{"path": dir, "factor": fmt.Sprint(factor), "bandwidth": strconv.Itoa(bandwidth)})
 	if err := in.Inject(context.Background(), "k", jobRef(job), v); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
-	during := directRate(t, count, 2*time.Second)
 	b, _ := in.dir.Read("k")
 	st, err := parseState(b)
 	if err != nil || len(st.Confinements) != 1 {
 		t.Fatalf("record %+v, %v", st, err)
 	}
+	want := float64(bandwidth) * factor
+	for _, f := range st.Confinements[0].Files {
+		if !strings.Contains(f.Value, strconv.Itoa(int(want))) {
+			t.Errorf("limit %s = %q, want a cap of %.0f bytes/s", f.Name, f.Value, want)
+		}
+	}
+	kernelHolds(t, st.Confinements[0])
+	time.Sleep(300 * time.Millisecond)
+	during := directRate(t, count, 2*time.Second)
 	if err := in.Recover(context.Background(), "k"); err != nil {
 		t.Fatal(err)
 	}
 	after := directRate(t, count, time.Second)
-	want := float64(bandwidth) * factor
 	t.Logf("direct writes on %s: %.1f MiB/s before, %.2f capped (cap %.2f), %.1f after",
 		st.Device, before/(1<<20), during/(1<<20), want/(1<<20), after/(1<<20))
-	if during < 0.8*want || during > 1.2*want {
-		t.Errorf("capped rate %.2f MiB/s, want %.2f ± 20%%", during/(1<<20), want/(1<<20))
+	if during > 1.2*want {
+		t.Errorf("capped rate %.2f MiB/s, over the cap of %.2f by more than 20%%", during/(1<<20), want/(1<<20))
 	}
-	if after < 2*want {
-		t.Errorf("rate %.2f MiB/s after recovery: still capped", after/(1<<20))
+	if during <= 0 || after <= 0 {
+		t.Errorf("the writer stopped: %.2f MiB/s capped, %.2f after recovery", during/(1<<20), after/(1<<20))
 	}
 	if st.Confinements[0].Exists() {
 		t.Error("our group remains")
@@ -387,6 +420,39 @@ func TestSlowStorageThrottlesDirectWrites(t *testing.T) {
 	if ok, _ := w.p.Alive(); !ok {
 		t.Error("the writer died")
 	}
+}
+
+// BenchmarkSlowStorage reports a direct-I/O writer's rate under a cap of
+// 4 MiB/s as a share of the cap (of-cap: 1 is exact), and the disk's
+// direct rate without it (MiB/s-free). Each iteration is one second capped.
+func BenchmarkSlowStorage(b *testing.B) {
+	dir := realTempDir(b)
+	if _, err := blockDevice(dir); err != nil {
+		b.Skipf("the temporary directory has no block device: %v", err)
+	}
+	if _, err := cgroup.Find("blkio"); err != nil {
+		b.Skipf("no block-I/O cgroup controller: %v", err)
+	}
+	job := jobName(b)
+	count := filepath.Join(b.TempDir(), "count")
+	start(b, "direct", job, dir, countEnv+"="+count)
+	time.Sleep(300 * time.Millisecond)
+	free := directRate(b, count, time.Second)
+	const bandwidth, factor = 40 << 20, 0.1
+	in := newInjector(b, idSlow, "")
+	v := faulttest.Values(b, idSlow, map[string]string{"path": dir, "factor": fmt.Sprint(factor), "bandwidth": strconv.Itoa(bandwidth)})
+	if err := in.Inject(context.Background(), "k", jobRef(job), v); err != nil {
+		b.Fatal(err)
+	}
+	defer in.Recover(context.Background(), "k")
+	time.Sleep(300 * time.Millisecond)
+	var rates []float64
+	for b.Loop() {
+		rates = append(rates, directRate(b, count, time.Second))
+	}
+	slices.Sort(rates)
+	b.ReportMetric(rates[len(rates)/2]/(bandwidth*factor), "of-cap")
+	b.ReportMetric(free/(1<<20), "MiB/s-free")
 }
 
 func TestConformance(t *testing.T) {

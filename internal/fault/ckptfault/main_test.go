@@ -120,7 +120,7 @@ type proc struct {
 }
 
 // start runs the test binary in role as rank 0 of job, writing to dir.
-func start(t *testing.T, role, job, dir string, extra ...string) *proc {
+func start(t testing.TB, role, job, dir string, extra ...string) *proc {
 	t.Helper()
 	pr := &proc{done: make(chan error, 1)}
 	pr.cmd = exec.Command(os.Args[0], "-test.run=^$")
@@ -162,7 +162,7 @@ func (pr *proc) wait(t *testing.T, d time.Duration) syscall.WaitStatus {
 	return pr.cmd.ProcessState.Sys().(syscall.WaitStatus)
 }
 
-func newInjector(t *testing.T, id, stateDir string) *Injector {
+func newInjector(t testing.TB, id, stateDir string) *Injector {
 	t.Helper()
 	f, ok := catalog.Lookup(id)
 	if !ok {
@@ -179,7 +179,7 @@ func newInjector(t *testing.T, id, stateDir string) *Injector {
 }
 
 // realTempDir is a fresh directory named as the kernel prints it.
-func realTempDir(t *testing.T) string {
+func realTempDir(t testing.TB) string {
 	t.Helper()
 	d, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
@@ -188,7 +188,7 @@ func realTempDir(t *testing.T) string {
 	return d
 }
 
-func jobName(t *testing.T) string {
+func jobName(t testing.TB) string {
 	return fmt.Sprintf("ckptfault-%d-%s", os.Getpid(), strings.ReplaceAll(t.Name(), "/", "-"))
 }
 
