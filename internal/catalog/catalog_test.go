@@ -369,13 +369,21 @@ func TestMechanisms(t *testing.T) {
 					t.Errorf("mechanism %q is %s; only mechanisms that touch clocks, power or reset (%v) may be, and they must be",
 						m.Name, m.Safety, hardwareRiskMechanisms)
 				}
-				if len(m.Targets) == 0 {
-					t.Errorf("mechanism %q has no target", m.Name)
+				if len(m.Targets)+len(m.Planned) == 0 {
+					t.Errorf("mechanism %q has no target, built or planned", m.Name)
 				}
-				for _, tg := range m.Targets {
+				for _, tg := range slices.Concat(m.Targets, m.Planned) {
 					if !slices.Contains(allTargets, tg) {
 						t.Errorf("mechanism %q: target %q is not known", m.Name, tg)
 					}
+				}
+				for _, tg := range m.Planned {
+					if slices.Contains(m.Targets, tg) {
+						t.Errorf("mechanism %q: target %q is both built and planned", m.Name, tg)
+					}
+				}
+				if m.Targets == nil || m.Planned == nil {
+					t.Errorf("mechanism %q: nil targets or planned; JSON readers want arrays", m.Name)
 				}
 				if len(m.Reaches) == 0 {
 					t.Errorf("mechanism %q reaches nothing", m.Name)
@@ -402,7 +410,7 @@ func TestMechanisms(t *testing.T) {
 				if hasDuplicates(m.Reaches) || hasDuplicates(m.Misses) {
 					t.Errorf("mechanism %q repeats a layer", m.Name)
 				}
-				if slices.Equal(m.Targets, []string{"twin"}) {
+				if slices.Equal(m.Targets, []string{"twin"}) && len(m.Planned) == 0 {
 					twins++
 					if m.Name != catalog.MechanismTwin {
 						t.Errorf("twin mechanism is named %q, want %q", m.Name, catalog.MechanismTwin)
@@ -415,7 +423,7 @@ func TestMechanisms(t *testing.T) {
 					}
 					continue
 				}
-				if slices.Contains(m.Targets, "twin") {
+				if slices.Contains(m.Targets, "twin") || slices.Contains(m.Planned, "twin") {
 					t.Errorf("mechanism %q mixes the twin with real targets", m.Name)
 				}
 				real++

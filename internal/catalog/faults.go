@@ -18,7 +18,8 @@ var faults = buildCatalogue()
 // buildCatalogue assembles the family files into one catalogue sorted by family order
 // (Families) then id, and completes every fault with what all faults share:
 // the twin mechanism, a check that rejects non-finite numbers, and empty
-// rather than nil lists so that JSON readers always see arrays.
+// rather than nil lists (parameters, a mechanism's targets and planned
+// targets) so that JSON readers always see arrays.
 func buildCatalogue() []*Fault {
 	var all []*Fault
 	for _, family := range [][]*Fault{
@@ -39,6 +40,15 @@ func buildCatalogue() []*Fault {
 			f.Params = []Param{}
 		}
 		f.Mechanisms = append(f.Mechanisms, twinMechanism(f))
+		for i := range f.Mechanisms {
+			m := &f.Mechanisms[i]
+			if m.Targets == nil {
+				m.Targets = []string{}
+			}
+			if m.Planned == nil {
+				m.Planned = []string{}
+			}
+		}
 		f.Check = finiteFirst(f.Params, f.Check)
 	}
 	return all
@@ -103,7 +113,9 @@ func finiteFirst(params []Param, next func(Values) error) func(Values) error {
 	}
 }
 
-// Targets of real mechanisms.
+// Targets of real mechanisms. A mechanism lists in Targets only the targets
+// internal/fault/all has an injector for, and the others it is meant for in
+// Planned; no mechanism has a k8s injector yet.
 func targetsLocal() []string    { return []string{"local"} }
 func targetsK8s() []string      { return []string{"k8s"} }
 func targetsLocalK8s() []string { return []string{"local", "k8s"} }

@@ -76,7 +76,7 @@ func checkpointFaults() []*Fault {
 			// In Kubernetes the container's restart shows in the pod status.
 			Detectable: []Layer{LayerWorkload, LayerK8sAPI},
 			Mechanisms: []Mechanism{{
-				Name: "signal", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerK8sAPI},
+				Name: "signal", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerK8sAPI},
 				Description: "Polls /proc/PID/fd and fdinfo of the job's ranks every few milliseconds and signals the rank that holds a " +
 					"file under the checkpoint directory open for writing once it has written some bytes, so the checkpoint is torn.",
 			}},
@@ -100,7 +100,7 @@ func checkpointFaults() []*Fault {
 			},
 			Detectable: []Layer{LayerWorkload, LayerExporterMetrics},
 			Mechanisms: []Mechanism{{
-				Name: "fallocate", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerExporterMetrics},
+				Name: "fallocate", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerExporterMetrics},
 				Description: "Allocates one file in the checkpoint directory with fallocate(2) so that only the chosen free space is left " +
 					"(counting the blocks reserved for root, which a root writer can use), and deletes it on recovery. Filesystem " +
 					"metrics (node-exporter, kubelet volume stats) see the space go.",
@@ -131,7 +131,7 @@ func checkpointFaults() []*Fault {
 			Detectable: []Layer{LayerWorkload, LayerExporterMetrics},
 			Mechanisms: []Mechanism{
 				{
-					Name: "cgroup-io", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
+					Name: "cgroup-io", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive,
 					Reaches: workload(), Misses: []Layer{LayerExporterMetrics},
 					Description: "Moves the job's ranks into a cgroup of ours whose io.max (v2) or blkio throttle (v1) caps reads and writes " +
 						"to the volume's block device at factor × its bandwidth, and moves them back on recovery. Block devices only: " +
@@ -139,7 +139,7 @@ func checkpointFaults() []*Fault {
 						"later by the kernel's writeback threads are not.",
 				},
 				{
-					Name: "fuse-latency", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
+					Name: "fuse-latency", Planned: targetsLocalK8s(), Safety: SafetyDisruptive,
 					Reaches: workload(), Misses: []Layer{LayerExporterMetrics},
 					Description: "Mounts a FUSE pass-through over the checkpoint directory that paces reads and writes to factor × the " +
 						"measured bandwidth; works on any filesystem, but files the job already has open keep the fast path.",
@@ -171,7 +171,7 @@ func checkpointFaults() []*Fault {
 			Detectable: []Layer{LayerWorkload, LayerKernelLog},
 			Mechanisms: []Mechanism{
 				{
-					Name: "cls-bpf", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
+					Name: "cls-bpf", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive,
 					Reaches: workload(), Misses: []Layer{LayerKernelLog},
 					Description: "Finds the storage server (given, or parsed from the mount that holds path: NFS, CIFS or sshfs), " +
 						"and attaches cls_bpf programs on ingress and egress of the interface this node routes to it that drop " +
@@ -181,7 +181,7 @@ func checkpointFaults() []*Fault {
 						"(\"server ... not responding\") and CIFS does, but sshfs and other FUSE filesystems log nothing.",
 				},
 				{
-					Name: "fuse-latency", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
+					Name: "fuse-latency", Planned: targetsLocalK8s(), Safety: SafetyDisruptive,
 					Reaches: workload(), Misses: []Layer{LayerKernelLog},
 					Description: "Mounts the FUSE pass-through over the checkpoint directory and holds every write until recovery, " +
 						"as a hung network filesystem does.",
@@ -209,7 +209,7 @@ func checkpointFaults() []*Fault {
 			},
 			Detectable: workload(),
 			Mechanisms: []Mechanism{{
-				Name: "byte-flip", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: workload(),
+				Name: "byte-flip", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: workload(),
 				Description: "Inverts bytes at seeded random offsets of the newest checkpoint file (highest step), recording each offset " +
 					"and original byte first so that recovery puts them back and the file is restored bit for bit.",
 			}},

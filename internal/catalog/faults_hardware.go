@@ -142,26 +142,26 @@ func hardwareFaults() []*Fault {
 			Detectable: []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload},
 			Mechanisms: []Mechanism{
 				{
-					Name: "burn-heat", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
+					Name: "burn-heat", Planned: targetsLocalK8s(), Safety: SafetyDisruptive,
 					Reaches: []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload},
 					Description: "Heats the GPU with a full SM burn beside the job under a temperature ceiling. Cooling is unchanged, " +
 						"so a well-cooled GPU may settle below its slowdown temperature; the burn itself also takes SMs from the job.",
 				},
 				{
-					Name: "dcgm-inject", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
+					Name: "dcgm-inject", Planned: targetsLocalK8s(), Safety: SafetyDisruptive,
 					Reaches: []Layer{LayerDCGM, LayerExporterMetrics},
 					Misses:  []Layer{LayerNVML, LayerWorkload},
 					Description: "Writes a high DCGM_FI_DEV_GPU_TEMP (field 150) and a low SM clock into DCGM's cache with dcgmi test --inject. " +
 						"dcgm-exporter reports them; NVML and the job see a cool, fast GPU.",
 				},
 				{
-					Name: "nvml-clock-lock", Targets: targetsLocalK8s(), Safety: SafetyHardwareRisk,
+					Name: "nvml-clock-lock", Planned: targetsLocalK8s(), Safety: SafetyHardwareRisk,
 					Reaches: []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload},
 					Description: "Locks the SM clock at the GPU's thermal-slowdown clock with nvmlDeviceSetGpuLockedClocks and restores it on recovery. " +
 						"Clocks and step time change as in a real throttle, temperature does not.",
 				},
 				{
-					Name: "nvml-fan-speed", Targets: targetsLocalK8s(), Safety: SafetyHardwareRisk,
+					Name: "nvml-fan-speed", Planned: targetsLocalK8s(), Safety: SafetyHardwareRisk,
 					Reaches: []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload},
 					Description: "Sets the GPU's fans to their minimum with nvmlDeviceSetFanSpeed_v2 and hands them back to the driver on recovery. " +
 						"Only boards with their own fans (PCIe cards); SXM modules are cooled by the chassis and refuse.",
@@ -186,13 +186,13 @@ func hardwareFaults() []*Fault {
 			Detectable: []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload},
 			Mechanisms: []Mechanism{
 				{
-					Name: "nvml-power-limit", Targets: targetsLocalK8s(), Safety: SafetyHardwareRisk,
+					Name: "nvml-power-limit", Planned: targetsLocalK8s(), Safety: SafetyHardwareRisk,
 					Reaches: []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload},
 					Description: "Lowers the power limit with nvmlDeviceSetPowerManagementLimit to fraction × TDP, clamped to the board's minimum " +
 						"limit, and restores the previous limit on recovery.",
 				},
 				{
-					Name: "dcgm-inject", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
+					Name: "dcgm-inject", Planned: targetsLocalK8s(), Safety: SafetyDisruptive,
 					Reaches: []Layer{LayerDCGM, LayerExporterMetrics},
 					Misses:  []Layer{LayerNVML, LayerWorkload},
 					Description: "Writes a capped DCGM_FI_DEV_POWER_USAGE (field 155), a lower SM clock and a growing power-violation counter " +
@@ -217,7 +217,7 @@ func hardwareFaults() []*Fault {
 				dcgmInjectMechanism("NVLink link states down, a flat DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL and XID 74 in field 230", LayerKernelLog, LayerNVML, LayerWorkload),
 				kernelLogMechanism("the XID 74 line", LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload),
 				{
-					Name: "nvlink-reset", Targets: targetsLocal(), Safety: SafetyHardwareRisk,
+					Name: "nvlink-reset", Planned: targetsLocal(), Safety: SafetyHardwareRisk,
 					Reaches: []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload},
 					Misses:  []Layer{LayerKernelLog},
 					Description: "Resets the GPU with NVLink disabled in the driver (NVreg_NvLinkDisable=1), so the links really are down and NCCL " +
@@ -302,7 +302,7 @@ func hardwareFaults() []*Fault {
 // it. misses lists the fault's other detectable layers.
 func kernelLogMechanism(what string, misses ...Layer) Mechanism {
 	return Mechanism{
-		Name: "kernel-log", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
+		Name: "kernel-log", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive,
 		Reaches: []Layer{LayerKernelLog},
 		Misses:  misses,
 		Description: "Writes " + what + " to /dev/kmsg in the driver's exact format (root needed). Kernel-log readers " +
@@ -315,7 +315,7 @@ func kernelLogMechanism(what string, misses ...Layer) Mechanism {
 // log and the job do not change. misses lists the fault's other layers.
 func dcgmInjectMechanism(what string, misses ...Layer) Mechanism {
 	return Mechanism{
-		Name: "dcgm-inject", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
+		Name: "dcgm-inject", Planned: targetsLocalK8s(), Safety: SafetyDisruptive,
 		Reaches: []Layer{LayerDCGM, LayerExporterMetrics},
 		Misses:  misses,
 		Description: "Injects " + what + " into DCGM's cache with dcgmi test --inject. DCGM and dcgm-exporter, which reads " +

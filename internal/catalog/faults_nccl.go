@@ -93,7 +93,7 @@ func envMechanism(vars []envVar, reaches ...Layer) Mechanism {
 		with = strings.Join(words[:n-1], ", ") + " and " + words[n-1]
 	}
 	return Mechanism{
-		Name: "env", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: reaches,
+		Name: "env", Planned: targetsLocalK8s(), Safety: SafetySafe, Reaches: reaches,
 		Description: "Relaunches the workload with " + with + " (a restart of the job's ranks, from its last checkpoint) " +
 			"and relaunches it with its own environment on recovery.",
 		Env: func(v Values) []string {

@@ -43,7 +43,7 @@ func workloadFaults() []*Fault {
 			},
 			Detectable: deathLayers(),
 			Mechanisms: []Mechanism{{
-				Name: "signal", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: deathLayers(),
+				Name: "signal", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: deathLayers(),
 				Description: "Sends the signal to the rank's process, found by GPUCHAOS_JOB and RANK in /proc/PID/environ or named by pid, " +
 					"and checked by its start time so a reused pid is never hit. A real death: nothing to recover but the job.",
 			}},
@@ -66,12 +66,12 @@ func workloadFaults() []*Fault {
 			Detectable: hangLayers(),
 			Mechanisms: []Mechanism{
 				{
-					Name: "signal", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: hangLayers(),
+					Name: "signal", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: hangLayers(),
 					Description: "Sends SIGSTOP to the rank's process (every thread stops) and SIGCONT on recovery, also from a fresh " +
 						"process after a crash; its data-loader workers keep running.",
 				},
 				{
-					Name: "cgroup-freeze", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: hangLayers(),
+					Name: "cgroup-freeze", Planned: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: hangLayers(),
 					Description: "Freezes the rank's whole cgroup (cgroup.freeze on v2, the freezer controller on v1), loader workers " +
 						"included, and thaws it on recovery.",
 				},
@@ -99,13 +99,13 @@ func workloadFaults() []*Fault {
 			Detectable: []Layer{LayerWorkload},
 			Mechanisms: []Mechanism{
 				{
-					Name: "cgroup-cpu", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: []Layer{LayerWorkload},
+					Name: "cgroup-cpu", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetySafe, Reaches: []Layer{LayerWorkload},
 					Description: "Measures the CPUs the rank uses, moves its threads into a cgroup of ours with a CFS quota " +
 						"(cpu.max on v2) of 1/slowdown of that, and moves them back on recovery. GPU kernels already queued run " +
 						"at full speed, so the slowdown is approximate for GPU-bound ranks.",
 				},
 				{
-					Name: "duty-cycle", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: []Layer{LayerWorkload},
+					Name: "duty-cycle", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetySafe, Reaches: []Layer{LayerWorkload},
 					Description: "Alternates SIGSTOP and SIGCONT on the rank so that it runs 1/slowdown of each 100 ms period, and leaves " +
 						"it running on recovery. A CPU-bound rank slows by the factor; what the rank waits for goes on while it is " +
 						"stopped (GPU kernels already queued, a sleep, I/O), so a rank that waits much of its step slows less " +
@@ -129,11 +129,11 @@ func workloadFaults() []*Fault {
 			Detectable: deathLayers(),
 			Mechanisms: []Mechanism{
 				{
-					Name: "pod-delete", Targets: targetsK8s(), Safety: SafetyDisruptive, Reaches: deathLayers(),
+					Name: "pod-delete", Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: deathLayers(),
 					Description: "Deletes the job's pod on the node through the API with the grace period; its controller recreates it.",
 				},
 				{
-					Name: "signal", Targets: targetsLocal(), Safety: SafetyDisruptive,
+					Name: "signal", Planned: targetsLocal(), Safety: SafetyDisruptive,
 					Reaches: []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload}, Misses: []Layer{LayerK8sAPI},
 					Description: "Without Kubernetes: sends SIGTERM, then SIGKILL after the grace period, to every process of the job on the node.",
 				},
@@ -155,7 +155,7 @@ func workloadFaults() []*Fault {
 			},
 			Detectable: []Layer{LayerWorkload, LayerK8sAPI},
 			Mechanisms: []Mechanism{{
-				Name: "node-cordon", Targets: targetsK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerK8sAPI},
+				Name: "node-cordon", Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerK8sAPI},
 				Description: "Marks the node unschedulable and, when draining, evicts its pods through the Eviction API (which honours " +
 					"PodDisruptionBudgets); recovery uncordons it. Evicted pods are not brought back.",
 			}},
@@ -181,7 +181,7 @@ func workloadFaults() []*Fault {
 			},
 			Detectable: []Layer{LayerK8sAPI},
 			Mechanisms: []Mechanism{{
-				Name: "daemonset-pod-delete", Targets: targetsK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerK8sAPI},
+				Name: "daemonset-pod-delete", Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerK8sAPI},
 				Description: "Deletes the device plugin pod on the node; its DaemonSet recreates it. Until it re-registers, the kubelet " +
 					"reports no allocatable GPUs, so new GPU pods stay Pending; running pods keep their GPUs.",
 			}},

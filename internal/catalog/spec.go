@@ -24,8 +24,8 @@ func CheckSpec(f v1alpha1.FaultSpec) *v1alpha1.FieldError {
 
 // ResolveSpec looks the fault up, picks the named mechanism and resolves the
 // parameters, as the engine needs them to inject. The mechanism is nil when
-// the spec names none: the engine then takes the first mechanism that runs
-// on its target (see PickMechanism). A failure is a *v1alpha1.FieldError
+// the spec names none: the engine then takes the first mechanism built for
+// its target (see ChooseMechanism). A failure is a *v1alpha1.FieldError
 // whose Path is relative to the fault, as CheckSpec's.
 func ResolveSpec(f v1alpha1.FaultSpec) (*Fault, *Mechanism, Values, error) {
 	fault, mech, vals, fe := resolveSpec(All(), f)
@@ -33,27 +33,6 @@ func ResolveSpec(f v1alpha1.FaultSpec) (*Fault, *Mechanism, Values, error) {
 		return nil, nil, nil, fe
 	}
 	return fault, mech, vals, nil
-}
-
-// PickMechanism returns the mechanism of f called name, or, when name is
-// empty, the first one whose Targets include target (twin, local, k8s).
-func PickMechanism(f *Fault, name, target string) (*Mechanism, error) {
-	if name != "" {
-		m := mechanismNamed(f, name)
-		if m == nil {
-			return nil, fmt.Errorf("fault %s has no mechanism %q (known: %s)", f.ID, name, strings.Join(mechanismNames(f), ", "))
-		}
-		if !slices.Contains(m.Targets, target) {
-			return nil, fmt.Errorf("mechanism %s of fault %s does not run on target %s (it runs on %s)", name, f.ID, target, strings.Join(m.Targets, ", "))
-		}
-		return m, nil
-	}
-	for i := range f.Mechanisms {
-		if slices.Contains(f.Mechanisms[i].Targets, target) {
-			return &f.Mechanisms[i], nil
-		}
-	}
-	return nil, fmt.Errorf("fault %s has no mechanism for target %s", f.ID, target)
 }
 
 // resolveSpec does the work of CheckSpec and ResolveSpec over a given list
@@ -66,7 +45,7 @@ func resolveSpec(all []*Fault, f v1alpha1.FaultSpec) (*Fault, *Mechanism, Values
 	fault := all[i]
 	var mech *Mechanism
 	if f.Mechanism != "" {
-		mech = mechanismNamed(fault, f.Mechanism)
+		mech = fault.Mechanism(f.Mechanism)
 		if mech == nil {
 			return nil, nil, nil, &v1alpha1.FieldError{Path: "mechanism", Msg: fmt.Sprintf("fault %s has no mechanism %q (known: %s)", fault.ID, f.Mechanism, strings.Join(mechanismNames(fault), ", "))}
 		}
@@ -98,15 +77,6 @@ func paramPath(name string) string {
 		return `params[""]`
 	}
 	return "params." + name
-}
-
-func mechanismNamed(f *Fault, name string) *Mechanism {
-	for i := range f.Mechanisms {
-		if f.Mechanisms[i].Name == name {
-			return &f.Mechanisms[i]
-		}
-	}
-	return nil
 }
 
 func mechanismNames(f *Fault) []string {

@@ -110,36 +110,6 @@ func TestResolveSpecValues(t *testing.T) {
 	}
 }
 
-func TestPickMechanism(t *testing.T) {
-	t.Parallel()
-	xid := testFaults()[0]
-	tests := []struct {
-		name, mech, target, want, wantErr string
-	}{
-		{"first for the target", "", "twin", "twin", ""},
-		{"first of several", "", "local", "kmsg", ""},
-		{"named", "kmsg", "k8s", "kmsg", ""},
-		{"named, wrong target", "kmsg", "twin", "", "mechanism kmsg of fault hardware.xid does not run on target twin (it runs on local, k8s)"},
-		{"named, unknown", "nvml", "twin", "", `fault hardware.xid has no mechanism "nvml" (known: kmsg, twin)`},
-		{"none for the target", "", "mars", "", "fault hardware.xid has no mechanism for target mars"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			m, err := PickMechanism(xid, tc.mech, tc.target)
-			if tc.wantErr != "" {
-				if err == nil || err.Error() != tc.wantErr {
-					t.Fatalf("PickMechanism error = %v, want %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil || m.Name != tc.want {
-				t.Fatalf("PickMechanism = %v, %v; want %s", m, err, tc.want)
-			}
-		})
-	}
-}
-
 // TestCheckSpecRealCatalogue pins what experiment authors meet with the
 // shipped catalogue.
 func TestCheckSpecRealCatalogue(t *testing.T) {

@@ -91,8 +91,13 @@ type Param struct {
 // Mechanism is one way to cause a fault on one kind of target.
 type Mechanism struct {
 	Name string `json:"name"`
-	// Targets lists where the mechanism runs: twin, local, k8s.
+	// Targets lists the targets (twin, local, k8s) where the mechanism is
+	// implemented: internal/fault/all has an injector for it on each, and a
+	// test holds the two to each other.
 	Targets []string `json:"targets"`
+	// Planned lists the targets where the mechanism is declared but not
+	// built yet. Choosing it there fails with ErrPlanned.
+	Planned []string `json:"planned"`
 	// Reaches lists the layers that observe what this mechanism does;
 	// Misses the layers a real occurrence would reach but this does not.
 	Reaches     []Layer `json:"reaches"`
