@@ -52,20 +52,23 @@ func startTwinAgent(t *testing.T, extra ...string) (page func() string, stderr *
 	return page, &errb
 }
 
-// waitFor polls page until it contains want and returns that page.
+// waitFor polls page until it contains want and returns that page; the
+// last page it saw is logged should it wait in vain.
 func waitFor(t *testing.T, page func() string, want string, within time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		p := page()
-		if strings.Contains(p, want) {
-			return p
+	var p string
+	found := false
+	defer func() {
+		if !found {
+			t.Logf("the last page:\n%s", p)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no %s on /metrics after %s; page:\n%s", want, within, p)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	}()
+	testutil.Eventually(t, within, want+" on /metrics", func() bool {
+		p = page()
+		return strings.Contains(p, want)
+	})
+	found = true
+	return p
 }
 
 // writeXID logs an XID line for the GPU gpu of a page's series, as the

@@ -17,6 +17,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/engine"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/probe/promapi"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 	"github.com/gpuchaos/gpuchaos/internal/twin/live"
 )
@@ -295,25 +296,24 @@ func startPrometheus(t *testing.T, config, data string) string {
 	return url
 }
 
-// waitUntil polls cond every 100 ms until it holds or ctx ends; an error
-// from cond is kept for the failure message and retried.
+// waitUntil waits for cond (testutil.Eventually) until ctx's deadline;
+// an error from cond is retried, and logged when it changes so that a
+// wait in vain shows why.
 func waitUntil(ctx context.Context, t *testing.T, what string, cond func() (bool, error)) {
 	t.Helper()
-	var last error
-	for {
-		ok, err := cond()
-		if ok {
-			return
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s (last error: %v)", what, last)
-		case <-time.After(100 * time.Millisecond):
-		}
+	within := time.Minute
+	if dl, ok := ctx.Deadline(); ok {
+		within = time.Until(dl)
 	}
+	var last string
+	testutil.Eventually(t, within, what, func() bool {
+		ok, err := cond()
+		if err != nil && err.Error() != last {
+			last = err.Error()
+			t.Logf("waiting for %s: %v", what, err)
+		}
+		return ok
+	})
 }
 
 func freeAddr(t *testing.T) string {

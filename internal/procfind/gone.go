@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"syscall"
 )
 
 // Gone reports whether p has ended, with what shows it, for a recovery
@@ -40,14 +38,14 @@ func (p Proc) Gone() (proof string, gone bool, err error) {
 		if tid == p.PID {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(p.PID) + "/task/" + strconv.Itoa(tid) + "/stat")
-		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+		ts, err := ReadThreadStat(p.PID, tid)
+		if errors.Is(err, os.ErrNotExist) {
 			continue // the thread ended between the listing and the read
 		}
 		if err != nil {
 			return "", false, fmt.Errorf("pid %d: thread %d: %w", p.PID, tid, err)
 		}
-		if ts, err := ParseStat(b); err == nil && ts.State != 'Z' && ts.State != 'X' {
+		if ts.State != 'Z' && ts.State != 'X' {
 			return "", false, nil
 		}
 	}

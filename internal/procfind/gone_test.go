@@ -50,7 +50,7 @@ func TestGone(t *testing.T) {
 			cmd := start(t, "sleeper")
 			p := identify(t, cmd.Process.Pid)
 			_ = cmd.Process.Kill()
-			waitFor(t, func() bool { st, _ := ReadStat(p.PID); return st.State == 'Z' })
+			testutil.Eventually(t, 10*time.Second, "the leader a zombie", func() bool { st, _ := ReadStat(p.PID); return st.State == 'Z' })
 			return p
 		}, true, "a zombie with no thread running"},
 		{"pid reused", func(t *testing.T) Proc {
@@ -61,7 +61,7 @@ func TestGone(t *testing.T) {
 		{"leader thread exited, threads live on", func(t *testing.T) Proc {
 			cmd := start(t, "leaderless")
 			p := identify(t, cmd.Process.Pid)
-			waitFor(t, func() bool { st, _ := ReadStat(p.PID); return st.State == 'Z' })
+			testutil.Eventually(t, 10*time.Second, "the leader a zombie", func() bool { st, _ := ReadStat(p.PID); return st.State == 'Z' })
 			return p
 		}, false, ""},
 	}
@@ -74,14 +74,5 @@ func TestGone(t *testing.T) {
 				t.Fatalf("Gone = %q, %v, %v; want gone %v with %q", proof, gone, err, tc.gone, tc.proof)
 			}
 		})
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 10 s")
-		}
 	}
 }

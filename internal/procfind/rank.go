@@ -7,7 +7,8 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"syscall"
+
+	"github.com/prometheus/procfs"
 )
 
 // Environment variables that mark a rank of a training job. gpuchaos'
@@ -54,6 +55,10 @@ type Rank struct {
 	// that Rank stays comparable), for callers that need more of it, such
 	// as a checkpoint directory; not recorded.
 	Env string `json:"-"`
+	// Main is true for the process that is the rank, false for a
+	// launcher of it or a worker it forked that carry its environment
+	// too (see the package doc); set by Ranks, not recorded.
+	Main bool `json:"-"`
 }
 
 // ParseRank reads the rank variables from an environment. ok is false when
@@ -90,33 +95,34 @@ func nonNegative(key, s string) (int, error) {
 	return n, nil
 }
 
-// maxEnviron bounds how much of one environment is read: the kernel caps
-// a process's arguments and environment together at a quarter of its
-// stack limit, 2 MiB by default.
-const maxEnviron = 4 << 20
-
 // ReadEnviron reads pid's environment as it was at exec; changes the
 // process made since with setenv(3) are not visible, which suits
-// variables a launcher sets.
+// variables a launcher sets. procfs reads at most the first MiB of it,
+// beyond what any launcher sets (the kernel caps arguments and
+// environment together at a quarter of the stack limit, 2 MiB by
+// default).
 func ReadEnviron(pid int) (Environ, error) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/environ")
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	b := make([]byte, 0, 4096)
-	for len(b) < maxEnviron {
-		if len(b) == cap(b) {
-			b = slices.Grow(b, cap(b))
-		}
-		n, err := f.Read(b[len(b):cap(b)])
-		b = b[:len(b)+n]
-		if err != nil || n == 0 {
-			if errors.Is(err, syscall.ESRCH) {
-				return nil, os.ErrNotExist
-			}
-			break
-		}
+	p, err := fs.Proc(pid)
+	if err != nil {
+		return nil, err
+	}
+	return environOf(p)
+}
+
+// environOf reads p's environment through procfs, which splits it at the
+// NULs; Environ keeps it as the kernel's bytes.
+func environOf(p procfs.Proc) (Environ, error) {
+	kv, err := p.Environ()
+	if err != nil {
+		return nil, goneAsNotExist(err)
+	}
+	var b []byte
+	for _, e := range kv {
+		b = append(append(b, e...), 0)
 	}
 	return Environ(b), nil
 }
@@ -125,27 +131,35 @@ func ReadEnviron(pid int) (Environ, error) {
 var ErrNoRank = errors.New("no such rank on this node")
 
 // Ranks lists the processes of job on this node, ordered by rank and then
-// start time. A process of a job's rank that itself starts children
-// with the same environment (data-loader workers, a shell wrapper) shows
-// as several processes of one rank; RankProcess picks the eldest.
-// Processes that exit during the scan, or whose environment cannot be
-// read, are left out.
+// start time, each with Main set on the one that is the rank (see the
+// package doc for the rule). Processes that exit during the scan, or whose
+// environment cannot be read, are left out: reading another user's
+// environ needs the privilege to ptrace it.
 func Ranks(job string) ([]Rank, error) {
+	return ranksUnder(procfs.DefaultMountPoint, job, os.Getpid())
+}
+
+// ranksUnder is Ranks over the proc file system at root, leaving out the
+// process self (the caller, whose environment may name the job it is
+// looking for).
+func ranksUnder(root, job string, self int) ([]Rank, error) {
 	if job == "" {
 		return nil, errors.New("find ranks: empty job name")
 	}
-	ents, err := os.ReadDir("/proc")
+	fs, err := procfs.NewFS(root)
 	if err != nil {
 		return nil, fmt.Errorf("find ranks of job %s: %w", job, err)
 	}
-	self := os.Getpid()
-	var out []Rank
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid <= 1 || pid == self {
+	procs, err := fs.AllProcs()
+	if err != nil {
+		return nil, fmt.Errorf("find ranks of job %s: %w", job, err)
+	}
+	var found []member
+	for _, p := range procs {
+		if p.PID <= 1 || p.PID == self {
 			continue
 		}
-		env, err := ReadEnviron(pid)
+		env, err := environOf(p)
 		if err != nil {
 			continue // gone, or a kernel thread
 		}
@@ -153,12 +167,17 @@ func Ranks(job string) ([]Rank, error) {
 		if err != nil || !ok || r.Job != job {
 			continue
 		}
-		st, err := ReadStat(pid)
-		if err != nil || st.State == 'Z' || st.State == 'X' {
+		ps, err := p.Stat()
+		if err != nil || ps.State == "Z" || ps.State == "X" {
 			continue
 		}
-		r.Proc, r.Env = Proc{PID: pid, StartTicks: st.StartTicks}, string(env)
-		out = append(out, r)
+		r.Proc, r.Env = Proc{PID: p.PID, StartTicks: ps.Starttime}, string(env)
+		found = append(found, member{Rank: r, ppid: ps.PPID, stack: ps.StartStack})
+	}
+	markMain(found)
+	out := make([]Rank, len(found))
+	for i, m := range found {
+		out[i] = m.Rank
 	}
 	slices.SortFunc(out, func(a, b Rank) int {
 		if a.Rank != b.Rank {
@@ -175,29 +194,95 @@ func Ranks(job string) ([]Rank, error) {
 	return out, nil
 }
 
-// RankProcess returns the process of one rank of job: among the
-// processes carrying that rank, the eldest whose parent does not carry
-// it too, so that a rank's own workers are never mistaken for it. It
-// wraps ErrNoRank when there is none.
+// member is a process of a job with what markMain needs of its stat.
+type member struct {
+	Rank
+	// ppid is the parent's pid, stack the start of the stack (stat field
+	// 28), which fork copies and exec lays out anew.
+	ppid  int
+	stack uint64
+}
+
+// markMain sets Main on the process that is its rank: of the processes
+// carrying one rank, those whose parent carries it too hang under that
+// parent. A child with its parent's start of stack is a fork of it (a
+// loader worker), and it and everything under it are the parent's; a
+// child with a stack of its own was exec'd, so its parent only launched
+// it (a shell, torchrun) and the child is the rank. The rank is thus the
+// deepest process reached from the top by exec alone. A start of stack of
+// 0 (the kernel hides it from a reader that may not ptrace the process)
+// counts as exec'd, which makes the leaf the rank.
+func markMain(ms []member) {
+	type key struct{ pid, rank int }
+	at := make(map[key]int, len(ms))
+	for i, m := range ms {
+		at[key{m.PID, m.Rank.Rank}] = i
+	}
+	parent := func(i int) (int, bool) {
+		j, ok := at[key{ms[i].ppid, ms[i].Rank.Rank}]
+		return j, ok && j != i
+	}
+	forked := func(i, parent int) bool { return ms[i].stack != 0 && ms[i].stack == ms[parent].stack }
+	launcher := make([]bool, len(ms))
+	for i := range ms {
+		if p, ok := parent(i); ok && !forked(i, p) {
+			launcher[p] = true
+		}
+	}
+	for i := range ms {
+		// Walk up to the top; the bound guards against a parent loop,
+		// which only a made-up /proc could hold.
+		underFork := false
+		for c, n := i, 0; n < len(ms); n++ {
+			p, ok := parent(c)
+			if !ok {
+				break
+			}
+			if forked(c, p) {
+				underFork = true
+				break
+			}
+			c = p
+		}
+		ms[i].Main = !underFork && !launcher[i]
+	}
+}
+
+// RankProcess returns the process of one rank of job: the eldest of those
+// Ranks marks Main, so that neither a launcher of the rank nor one of its
+// workers is taken for it. It wraps ErrNoRank when there is none.
 func RankProcess(job string, rank int) (Rank, error) {
 	all, err := Ranks(job)
 	if err != nil {
 		return Rank{}, err
 	}
-	var mine []Rank
 	for _, r := range all {
-		if r.Rank == rank {
-			mine = append(mine, r)
-		}
-	}
-	for _, r := range mine {
-		st, err := r.Stat()
-		if err != nil {
-			continue
-		}
-		if !slices.ContainsFunc(mine, func(o Rank) bool { return o.PID == st.PPID }) {
+		if r.Rank == rank && r.Main {
 			return r, nil
 		}
 	}
 	return Rank{}, fmt.Errorf("job %s rank %d: %w", job, rank, ErrNoRank)
+}
+
+// GroupLive reports whether any process of process group pgid is still
+// running: present and not a zombie. A zombie has released everything but
+// its pid; one whose parent is gone waits for init to reap it, which can
+// take a while in a container.
+func GroupLive(pgid int) bool { return groupLiveUnder(procfs.DefaultMountPoint, pgid) }
+
+func groupLiveUnder(root string, pgid int) bool {
+	fs, err := procfs.NewFS(root)
+	if err != nil {
+		return false
+	}
+	procs, err := fs.AllProcs()
+	if err != nil {
+		return false
+	}
+	for _, p := range procs {
+		if st, err := p.Stat(); err == nil && st.PGRP == pgid && st.State != "Z" && st.State != "X" {
+			return true
+		}
+	}
+	return false
 }

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,7 +34,9 @@ type Stat struct {
 	StartTicks uint64
 }
 
-// ParseStat parses the bytes of /proc/PID/stat (or /proc/PID/task/TID/stat).
+// ParseStat parses the bytes of /proc/PID/stat (or /proc/PID/task/TID/stat)
+// for a caller that has them already; the readers here go through
+// procfs instead.
 // The second field, the command name in parentheses, may itself hold
 // spaces and parentheses, so the fields are counted from the last ')'.
 func ParseStat(b []byte) (Stat, error) {
@@ -75,22 +78,62 @@ func ParseStat(b []byte) (Stat, error) {
 	return st, nil
 }
 
-// ReadStat reads a process's stat; a process that does not exist is
-// os.ErrNotExist.
+// ReadStat reads a process's stat (through procfs, whose parser fills
+// every field); a process that does not exist is os.ErrNotExist.
 func ReadStat(pid int) (Stat, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	fs, err := procfs.NewDefaultFS()
 	if err != nil {
-		if errors.Is(err, syscall.ESRCH) {
-			// The process went away between the open and the read.
-			return Stat{}, os.ErrNotExist
-		}
 		return Stat{}, err
 	}
-	st, err := ParseStat(b)
+	p, err := fs.Proc(pid)
 	if err != nil {
-		return Stat{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		return Stat{}, err
 	}
-	return st, nil
+	return readStatOf(p, "/proc/"+strconv.Itoa(pid)+"/stat")
+}
+
+// ReadThreadStat reads the stat of thread tid of process pid
+// (/proc/PID/task/TID/stat); a thread that does not exist is
+// os.ErrNotExist.
+func ReadThreadStat(pid, tid int) (Stat, error) {
+	fs, err := procfs.NewDefaultFS()
+	if err != nil {
+		return Stat{}, err
+	}
+	t, err := fs.Thread(pid, tid)
+	if err != nil {
+		return Stat{}, err
+	}
+	return readStatOf(t, "/proc/"+strconv.Itoa(pid)+"/task/"+strconv.Itoa(tid)+"/stat")
+}
+
+// readStatOf reads p's stat through procfs and keeps what Stat holds; path
+// names the file in errors.
+func readStatOf(p procfs.Proc, path string) (Stat, error) {
+	ps, err := p.Stat()
+	if err != nil {
+		return Stat{}, goneAsNotExist(err)
+	}
+	return fromProcfs(ps, path)
+}
+
+// fromProcfs is the Stat of a procfs.ProcStat, refusing a state that is
+// not one letter as ParseStat does.
+func fromProcfs(ps procfs.ProcStat, path string) (Stat, error) {
+	if s := ps.State; len(s) != 1 || !('A' <= s[0] && s[0] <= 'Z' || 'a' <= s[0] && s[0] <= 'z') {
+		return Stat{}, fmt.Errorf("%s: state %q is not one letter", path, s)
+	}
+	return Stat{State: ps.State[0], PPID: ps.PPID, PGRP: ps.PGRP, UTime: uint64(ps.UTime), STime: uint64(ps.STime), StartTicks: ps.Starttime}, nil
+}
+
+// goneAsNotExist turns the ESRCH of a read from /proc/PID that began
+// before the process went away into os.ErrNotExist, as an open after it
+// would have said.
+func goneAsNotExist(err error) error {
+	if errors.Is(err, syscall.ESRCH) {
+		return os.ErrNotExist
+	}
+	return err
 }
 
 // Proc names one process beyond doubt: a pid alone may be reused by an

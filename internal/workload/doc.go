@@ -65,11 +65,12 @@
 // look when an experiment names no path.
 //
 // A fault injector finds the ranks of job J by reading /proc/*/environ for
-// GPUCHAOS_JOB=J and a numeric RANK (internal/procfind.Ranks; FindRanks here
-// does the same over any /proc root and also reports the run and attempt). Processes a rank
-// starts inherit the variables; the rank's own process is the topmost one
-// with them, and the process-group leader of its group, since every rank
-// runs in a process group of its own.
+// GPUCHAOS_JOB=J and a numeric RANK (internal/procfind.Ranks, whose Env
+// holds the run and attempt too). Processes a rank starts inherit the
+// variables; the supervisor execs each rank itself, so the rank's own
+// process is the topmost one with them (procfind marks it Main: its
+// workers are forks of it), and the process-group leader of its group,
+// since every rank runs in a process group of its own.
 //
 // # Metrics
 //

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/launch"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
 	"github.com/gpuchaos/gpuchaos/internal/textformat"
 )
 
@@ -406,7 +407,7 @@ func (s *supervisor) reaped(procs []*rankProc, att *Attempt, e Exit, stopping bo
 			// SIGKILL is delivered at once but a process takes a moment
 			// to die; wait (briefly) so that nothing of the group runs
 			// once its exit is recorded.
-			for deadline := time.Now().Add(5 * time.Second); groupLive("/proc", p.pid) && time.Now().Before(deadline); {
+			for deadline := time.Now().Add(5 * time.Second); procfind.GroupLive(p.pid) && time.Now().Before(deadline); {
 				time.Sleep(5 * time.Millisecond)
 			}
 			for _, w := range p.out {

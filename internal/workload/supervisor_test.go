@@ -20,6 +20,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
@@ -184,7 +185,7 @@ func TestSupervisor(t *testing.T) {
 			}
 			// The contract with fault injectors, used backwards: after Run
 			// nothing with this job's environment may be alive.
-			if left, err := FindRanks("/proc", job); err != nil || len(left) > 0 {
+			if left, err := procfind.Ranks(job); err != nil || len(left) > 0 {
 				t.Errorf("after Run: processes of the job still alive: %+v, %v", left, err)
 			}
 			evs := parseEvents(t, events.String())

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
@@ -129,7 +130,7 @@ func runJob(ctx context.Context, t *testing.T, o Options, tr Train) jobRun {
 	res, err := Run(ctx, o)
 	jr := jobRun{res: res, err: err, output: out.String(), events: parseEvents(t, events.String())}
 	jr.lines = parseRankLines(t, jr.output)
-	if left, ferr := FindRanks("/proc", o.Job); ferr != nil || len(left) > 0 {
+	if left, ferr := procfind.Ranks(o.Job); ferr != nil || len(left) > 0 {
 		t.Errorf("ranks left after Run: %+v %v", left, ferr)
 	}
 	return jr
@@ -260,18 +261,18 @@ func TestTorchWorkload(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 			// Find rank 1 the way a fault injector does.
-			ranks, err := FindRanks("/proc", job)
+			ranks, err := procfind.Ranks(job)
 			if err != nil {
 				ki.err = err
 				return
 			}
 			for _, r := range ranks {
-				if r.Rank == 1 && r.Main && r.Restart == 0 {
-					ki.pid = r.Pid
+				if restart, _ := procfind.Environ(r.Env).Lookup(EnvRestart); r.Rank == 1 && r.Main && restart == "0" {
+					ki.pid = r.PID
 				}
 			}
 			if ki.pid != pids[1] {
-				ki.err = fmt.Errorf("FindRanks found rank 1 at pid %d, the supervisor started it as %d (%+v)", ki.pid, pids[1], ranks)
+				ki.err = fmt.Errorf("procfind.Ranks found rank 1 at pid %d, the supervisor started it as %d (%+v)", ki.pid, pids[1], ranks)
 				return
 			}
 			ki.at = time.Now()

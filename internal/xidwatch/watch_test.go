@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 )
 
@@ -102,7 +103,7 @@ func TestWatcherEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	waitFor(t, func() bool { return len(w.Events()) == 4 })
+	testutil.Eventually(t, 10*time.Second, "four events", func() bool { return len(w.Events()) == 4 })
 
 	type brief struct {
 		GPU    int
@@ -161,7 +162,7 @@ func TestHistoryIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	waitFor(t, func() bool { return w.Counts()[13] == 10 })
+	testutil.Eventually(t, 10*time.Second, "ten XID 13 counted", func() bool { return w.Counts()[13] == 10 })
 	evs := w.Events()
 	if len(evs) != 3 || *evs[0].PID != 7 || *evs[2].PID != 9 {
 		t.Fatalf("history holds %d events starting at pid %d, want the last 3 (7-9)", len(evs), *evs[0].PID)
@@ -184,7 +185,7 @@ func TestWait(t *testing.T) {
 		errc <- err
 		res <- ev
 	}()
-	waitFor(t, func() bool {
+	testutil.Eventually(t, 10*time.Second, "one waiter", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return len(w.waiters) == 1
@@ -231,7 +232,7 @@ func TestProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	waitFor(t, func() bool { return len(w.Events()) == 1 })
+	testutil.Eventually(t, 10*time.Second, "one event", func() bool { return len(w.Events()) == 1 })
 
 	p := NewProbe(w, "xid-79", "node-a", func(ev Event) bool { return ev.Code == 79 })
 	ctx := context.Background()
@@ -244,7 +245,7 @@ func TestProbe(t *testing.T) {
 	}
 	src.recs <- kmsg.Record{Seq: 5, Message: xid.FormatLine("0000:2a:00", 13, -1, "", "")}
 	src.recs <- kmsg.Record{Seq: 6, Message: xid.FormatLine("0000:2a:00", 79, -1, "", "")}
-	waitFor(t, func() bool { return len(w.Events()) == 3 })
+	testutil.Eventually(t, 10*time.Second, "three events", func() bool { return len(w.Events()) == 3 })
 	obs, err = p.Observe(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -259,17 +260,6 @@ func TestProbe(t *testing.T) {
 	cancel()
 	if _, err := p.Observe(cctx); err == nil {
 		t.Error("Observe with a cancelled context returned no error")
-	}
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 5 s")
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -302,7 +292,7 @@ func TestRealKmsg(t *testing.T) {
 		errc <- err
 		res <- ev
 	}()
-	waitFor(t, func() bool {
+	testutil.Eventually(t, 10*time.Second, "one waiter", func() bool {
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		return len(w.waiters) == 1

@@ -419,7 +419,7 @@ func TestRecoverAfterInjectorKilled(t *testing.T) {
 			_ = helper.Wait()
 			if tc.pdeathsig {
 				// The kernel kills the orphan as the helper's threads die.
-				waitUntil(t, 10*time.Second, func() bool { ok, _ := running(orphan); return !ok })
+				testutil.Eventually(t, 10*time.Second, "the orphan to end", func() bool { ok, _ := running(orphan); return !ok })
 			} else if ok, err := running(orphan); err != nil || !ok {
 				t.Fatalf("without pdeathsig the orphan should outlive its injector (running %v, %v)", ok, err)
 			}
@@ -553,16 +553,5 @@ func TestNew(t *testing.T) {
 				t.Fatalf("New = %v, want an error with %q", err, tc.wantErr)
 			}
 		})
-	}
-}
-
-func waitUntil(t *testing.T, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", limit)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }

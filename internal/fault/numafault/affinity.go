@@ -11,6 +11,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/numa"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
 )
 
 // affinityPasses bounds how often injectAffinity lists the rank's threads
@@ -69,7 +70,7 @@ func (in *Injector) injectAffinity(ctx context.Context, st state, topo numa.Topo
 			if err != nil {
 				return fail(err)
 			}
-			ts, err := readStat(pid, tid)
+			ts, err := procfind.ReadThreadStat(pid, tid)
 			if errors.Is(err, os.ErrNotExist) {
 				continue
 			}

@@ -28,6 +28,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/numa"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
 )
 
 func lookup(t testing.TB, id string) (*catalog.Fault, *catalog.Mechanism) {
@@ -72,11 +73,11 @@ func tagged(t *testing.T, tag string) []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if err != nil || !environHas(b, map[string]string{tagEnv: tag}) {
+		env, err := procfind.ReadEnviron(pid)
+		if v, ok := env.Lookup(tagEnv); err != nil || !ok || v != tag {
 			continue
 		}
-		if st, err := readStat(pid, 0); err == nil && st.State != 'Z' && st.State != 'X' {
+		if st, err := procfind.ReadStat(pid); err == nil && st.State != 'Z' && st.State != 'X' {
 			out = append(out, pid)
 		}
 	}
@@ -376,7 +377,7 @@ func TestRemoteMemoryOnAFakeSecondNode(t *testing.T) {
 
 func mustStart(t *testing.T, pid int) uint64 {
 	t.Helper()
-	st, err := readStat(pid, 0)
+	st, err := procfind.ReadStat(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -491,7 +492,7 @@ func TestMemoryPressure(t *testing.T) {
 // cpuTicks returns a process's user and system time so far, in ticks.
 func cpuTicks(t testing.TB, pid int) uint64 {
 	t.Helper()
-	st, err := readStat(pid, 0)
+	st, err := procfind.ReadStat(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -569,7 +570,7 @@ func TestCPUSaturation(t *testing.T) {
 					time.Since(t0).Round(time.Second), slices.Sorted(maps.Keys(first)), slices.Sorted(maps.Keys(runnable)), slices.Sorted(maps.Keys(grew)))
 			}
 			for tid, c0 := range first {
-				st, err := readStat(pid, tid)
+				st, err := procfind.ReadThreadStat(pid, tid)
 				if err != nil {
 					t.Fatalf("thread %d of the hog: %v", tid, err)
 				}
@@ -588,7 +589,7 @@ func TestCPUSaturation(t *testing.T) {
 // threadTicks returns a thread's user and system time so far, in ticks.
 func threadTicks(t testing.TB, pid, tid int) uint64 {
 	t.Helper()
-	st, err := readStat(pid, tid)
+	st, err := procfind.ReadThreadStat(pid, tid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -685,7 +686,7 @@ func fmtSscan(line string, pid *int) (int, error) {
 
 // exists reports whether pid is a live process (a zombie is not).
 func exists(pid int) bool {
-	st, err := readStat(pid, 0)
+	st, err := procfind.ReadStat(pid)
 	return err == nil && st.State != 'Z' && st.State != 'X'
 }
 

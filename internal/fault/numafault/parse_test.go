@@ -1,45 +1,12 @@
 package numafault
 
 import (
-	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
 )
-
-// The parser of /proc/PID/stat is tested and fuzzed in internal/procfind;
-// this is the thread path that only this package reads.
-func TestReadStat(t *testing.T) {
-	t.Parallel()
-	pid := os.Getpid()
-	tests := []struct {
-		name    string
-		tid     int
-		wantErr error
-	}{
-		{name: "process", tid: 0},
-		{name: "main thread", tid: pid},
-		{name: "no such thread", tid: 1<<22 + 1, wantErr: os.ErrNotExist},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			st, err := readStat(pid, tc.tid)
-			if tc.wantErr != nil {
-				if !errors.Is(err, tc.wantErr) {
-					t.Fatalf("readStat(%d, %d) = %+v, %v; want %v", pid, tc.tid, st, err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil || st.StartTicks == 0 {
-				t.Fatalf("readStat(%d, %d) = %+v, %v", pid, tc.tid, st, err)
-			}
-		})
-	}
-}
 
 func TestFileStem(t *testing.T) {
 	t.Parallel()
@@ -75,24 +42,6 @@ func FuzzParseState(f *testing.F) {
 			if th.TID <= 1 {
 				t.Fatalf("tid %d accepted", th.TID)
 			}
-		}
-	})
-}
-
-func FuzzEnvironHas(f *testing.F) {
-	f.Add([]byte("PATH=/bin\x00GPUCHAOS_JOB=j\x00RANK=3\x00"), "j", "3")
-	f.Add([]byte("RANK=3=3\x00GPUCHAOS_JOB=\x00"), "", "3=3")
-	f.Fuzz(func(t *testing.T, block []byte, job, rank string) {
-		want := map[string]string{JobEnv: job, RankEnv: rank}
-		got := environHas(block, want)
-		// It must agree with a plain search for both entries.
-		var haveJob, haveRank bool
-		for _, kv := range strings.Split(string(block), "\x00") {
-			haveJob = haveJob || kv == JobEnv+"="+job
-			haveRank = haveRank || kv == RankEnv+"="+rank
-		}
-		if got != (haveJob && haveRank) {
-			t.Fatalf("environHas(%q) = %v, plain search %v/%v", block, got, haveJob, haveRank)
 		}
 	})
 }

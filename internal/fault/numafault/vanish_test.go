@@ -14,6 +14,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // TestRecoverWhateverBecameOfTheTarget injects, makes the target vanish in
@@ -62,7 +63,7 @@ func TestRecoverWhateverBecameOfTheTarget(t *testing.T) {
 				_ = syscall.Kill(e.rank, syscall.SIGKILL)
 				// Until every thread has ended: a leader already a zombie
 				// while its threads still die is not gone yet.
-				waitFor(t, 5*time.Second, func() bool { _, gone, _ := id.Gone(); return gone })
+				testutil.Eventually(t, 10*time.Second, "the target gone", func() bool { _, gone, _ := id.Gone(); return gone })
 			}},
 		{name: "rank's pid reused", id: "numa.wrong-affinity", want: "gone", proof: "now names a process started at tick", pinned: true,
 			vanish: func(t *testing.T, e env) {

@@ -17,6 +17,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // paceValues are the straggler's parameters for slowdown s.
@@ -235,7 +236,7 @@ func TestDutyCycleNeverLeavesTheRankStopped(t *testing.T) {
 	// nothing but a recovery can continue it.
 	killMidStop := func(t *testing.T, r *rank, pacer procfind.Proc) {
 		t.Helper()
-		waitUntil(t, 5*time.Second, func() bool { return r.state(t) == 'T' })
+		testutil.Eventually(t, 10*time.Second, "the rank to show stopped", func() bool { return r.state(t) == 'T' })
 		if err := pacer.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -453,7 +454,7 @@ func TestDutyCycleNeverTouchesARecycledPid(t *testing.T) {
 				if err := syscall.Kill(r.proc.PID, syscall.SIGSTOP); err != nil {
 					t.Fatal(err)
 				}
-				waitUntil(t, 5*time.Second, func() bool { return r.state(t) == 'T' })
+				testutil.Eventually(t, 10*time.Second, "the rank to show stopped", func() bool { return r.state(t) == 'T' })
 			}
 			stale := r.proc
 			stale.StartTicks--

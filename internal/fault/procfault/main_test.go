@@ -131,7 +131,7 @@ func startRank(t testing.TB, job string, n int, ownGroup bool, env ...string) *r
 		t.Fatal(err)
 	}
 	// Ready once it has counted.
-	waitUntil(t, 10*time.Second, func() bool { return r.count(t) > 0 })
+	testutil.Eventually(t, 10*time.Second, "the rank's first step", func() bool { return r.count(t) > 0 })
 	return r
 }
 
@@ -168,17 +168,6 @@ func (r *rank) state(t testing.TB) byte {
 		t.Fatal(err)
 	}
 	return st.State
-}
-
-func waitUntil(t testing.TB, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", d)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // newInjector returns the injector of fault id, by its first mechanism,

@@ -139,14 +139,14 @@ func TestHangRankStopsAndContinues(t *testing.T) {
 	if err := in.Inject(context.Background(), "k", ref(job, 0), faulttest.Values(t, idHang, nil)); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 5*time.Second, func() bool { return r.state(t) == 'T' })
+	testutil.Eventually(t, 10*time.Second, "the rank to show stopped", func() bool { return r.state(t) == 'T' })
 	if rate := r.rate(t, 300*time.Millisecond); rate != 0 {
 		t.Errorf("hung rank ran %.0f steps/s", rate)
 	}
 	if err := in.Recover(context.Background(), "k"); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 5*time.Second, func() bool { return r.state(t) != 'T' })
+	testutil.Eventually(t, 10*time.Second, "the rank to show running", func() bool { return r.state(t) != 'T' })
 	if rate := r.rate(t, 300*time.Millisecond); rate <= 0 {
 		t.Errorf("continued rank ran %.0f steps/s", rate)
 	}
@@ -161,7 +161,7 @@ func TestHangRecoverNeverTouchesARecycledPid(t *testing.T) {
 	if err := syscall.Kill(r.proc.PID, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 5*time.Second, func() bool { return r.state(t) == 'T' })
+	testutil.Eventually(t, 10*time.Second, "the rank to show stopped", func() bool { return r.state(t) == 'T' })
 	in := newInjector(t, idHang, "")
 	stale := r.proc
 	stale.StartTicks--
@@ -428,7 +428,7 @@ func TestRecoverAfterTheInjectorWasKilled(t *testing.T) {
 			}
 			switch id {
 			case idHang:
-				waitUntil(t, 5*time.Second, func() bool { return r.state(t) != 'T' })
+				testutil.Eventually(t, 10*time.Second, "the rank to show running", func() bool { return r.state(t) != 'T' })
 			case idStraggler:
 				if st.Confinement.Exists() {
 					t.Errorf("our group %s remains", st.Confinement.Dir)

@@ -194,11 +194,11 @@ func TestHangRecoverContinuesALeaderlessRank(t *testing.T) {
 		}
 		return states
 	}
-	waitUntil(t, 10*time.Second, func() bool { st, _ := procfind.ReadStat(p.PID); return st.State == 'Z' && len(threads()) > 0 })
+	testutil.Eventually(t, 10*time.Second, "a zombie leader with live threads", func() bool { st, _ := procfind.ReadStat(p.PID); return st.State == 'Z' && len(threads()) > 0 })
 	if err := syscall.Kill(p.PID, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, 5*time.Second, func() bool { return !slices.ContainsFunc(threads(), func(s byte) bool { return s != 'T' }) })
+	testutil.Eventually(t, 10*time.Second, "every thread stopped", func() bool { return !slices.ContainsFunc(threads(), func(s byte) bool { return s != 'T' }) })
 	in := newInjector(t, idHang, "")
 	if err := in.dir.Write("k", state{Version: stateVersion, Key: "k", Fault: idHang, Proc: p}); err != nil {
 		t.Fatal(err)
@@ -206,5 +206,5 @@ func TestHangRecoverContinuesALeaderlessRank(t *testing.T) {
 	if err := in.Recover(context.Background(), "k"); err != nil {
 		t.Fatalf("Recover = %v, want the live threads continued", err)
 	}
-	waitUntil(t, 5*time.Second, func() bool { return !slices.Contains(threads(), 'T') })
+	testutil.Eventually(t, 10*time.Second, "no thread stopped", func() bool { return !slices.Contains(threads(), 'T') })
 }

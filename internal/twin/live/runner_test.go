@@ -19,6 +19,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/series"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 
 	"github.com/gpuchaos/gpuchaos/internal/textformat"
@@ -47,18 +48,7 @@ func start(t *testing.T, r *Runner) {
 			t.Errorf("Start: %v", err)
 		}
 	})
-	waitFor(t, "the runner to start", r.Running)
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.Eventually(t, 10*time.Second, "the runner to start", r.Running)
 }
 
 // scrape fetches /metrics from h and parses it.
@@ -248,7 +238,7 @@ func TestStart(t *testing.T) {
 	done := make(chan error, 1)
 	v0, w0 := r.Now(), time.Now()
 	go func() { done <- r.Start(ctx) }()
-	waitFor(t, "Start", r.Running)
+	testutil.Eventually(t, 10*time.Second, "Start", r.Running)
 	if err := r.Start(ctx); err == nil {
 		t.Error("a second Start while running succeeded")
 	}
@@ -299,7 +289,7 @@ func TestRetention(t *testing.T) {
 	}
 	start(t, r)
 	v0 := r.Now()
-	waitFor(t, "20s of virtual time", func() bool { return r.Now().Sub(v0) > 20*time.Second })
+	testutil.Eventually(t, 10*time.Second, "20s of virtual time", func() bool { return r.Now().Sub(v0) > 20*time.Second })
 	// Trims come every tenth of the retention; one tick (0.5 s virtual)
 	// may pass on top.
 	if age, limit := oldest(), keep+keep/trimFraction+time.Second; age > limit {
