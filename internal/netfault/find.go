@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
 )
 
 // NamedDirs are where tools bind-mount network namespaces by name: ip
@@ -62,7 +63,7 @@ func findNamespace(want Namespace, proc string) (string, error) {
 		var st unix.Stat_t
 		err := unix.Stat(path, &st)
 		if err != nil && !vanished(err) {
-			unreadable = append(unreadable, where(path, proc)+": "+reason(err))
+			unreadable = append(unreadable, where(path, proc)+": "+procfind.Reason(err))
 		}
 		return err == nil && st.Dev == want.Dev && st.Ino == want.Inode
 	}
@@ -75,7 +76,7 @@ func findNamespace(want Namespace, proc string) (string, error) {
 	for _, dir := range NamedDirs {
 		entries, err := os.ReadDir(dir)
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			unreadable = append(unreadable, dir+": "+reason(err))
+			unreadable = append(unreadable, dir+": "+procfind.Reason(err))
 		}
 		for _, e := range entries {
 			seen.named++
@@ -99,7 +100,7 @@ func findNamespace(want Namespace, proc string) (string, error) {
 		seen.procs++
 		tasks, err := os.ReadDir(filepath.Join(base, "task"))
 		if err != nil && !vanished(err) {
-			unreadable = append(unreadable, procName(base)+": "+reason(err))
+			unreadable = append(unreadable, procName(base)+": "+procfind.Reason(err))
 		}
 		for _, t := range tasks {
 			seen.tasks++
@@ -109,14 +110,14 @@ func findNamespace(want Namespace, proc string) (string, error) {
 		}
 		fds, err := os.ReadDir(filepath.Join(base, "fd"))
 		if err != nil && !vanished(err) {
-			unreadable = append(unreadable, procName(base)+": "+reason(err))
+			unreadable = append(unreadable, procName(base)+": "+procfind.Reason(err))
 		}
 		for _, fd := range fds {
 			seen.fds++
 			p := filepath.Join(base, "fd", fd.Name())
 			l, err := os.Readlink(p)
 			if err != nil && !vanished(err) {
-				unreadable = append(unreadable, procName(base)+": "+reason(err))
+				unreadable = append(unreadable, procName(base)+": "+procfind.Reason(err))
 			}
 			if err == nil && l == inode && match(p) {
 				return p, nil
@@ -127,7 +128,7 @@ func findNamespace(want Namespace, proc string) (string, error) {
 		mnt, err := os.Readlink(filepath.Join(base, "ns", "mnt"))
 		if err != nil {
 			if !vanished(err) {
-				unreadable = append(unreadable, procName(base)+": "+reason(err))
+				unreadable = append(unreadable, procName(base)+": "+procfind.Reason(err))
 			}
 			continue
 		}
@@ -139,7 +140,7 @@ func findNamespace(want Namespace, proc string) (string, error) {
 		p, n, err := nsfsMount(base, match)
 		seen.mounts += n
 		if err != nil && !vanished(err) {
-			unreadable = append(unreadable, procName(base)+": "+reason(err))
+			unreadable = append(unreadable, procName(base)+": "+procfind.Reason(err))
 		}
 		if p != "" {
 			return p, nil
@@ -197,15 +198,6 @@ func where(path, proc string) string {
 func procName(base string) string {
 	comm, _ := os.ReadFile(filepath.Join(base, "comm"))
 	return fmt.Sprintf("pid %s (%s)", filepath.Base(base), strings.TrimSpace(string(comm)))
-}
-
-// reason is err without the path a *PathError repeats.
-func reason(err error) string {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
 }
 
 // vanished reports whether err means the process exited while it was read.

@@ -2,6 +2,7 @@ package procfind
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -188,5 +189,24 @@ func TestReadThreadStat(t *testing.T) {
 				t.Fatalf("read stat of %d/%d = %+v, %v", pid, tc.tid, st, err)
 			}
 		})
+	}
+}
+
+func TestReason(t *testing.T) {
+	t.Parallel()
+	_, err := os.Open("/proc/self/no-such-file")
+	tests := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"a path error loses its path", err, "no such file or directory"},
+		{"wrapped", fmt.Errorf("list: %w", err), "no such file or directory"},
+		{"another error is whole", errors.New("short stat"), "short stat"},
+	}
+	for _, tc := range tests {
+		if got := Reason(tc.err); got != tc.want {
+			t.Errorf("%s: Reason(%v) = %q, want %q", tc.name, tc.err, got, tc.want)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/procfind"
 )
 
 // fileRef names the file an injection changed beyond its path, which a
@@ -75,7 +76,7 @@ func openRef(r *fileRef, path, dir string, flags int) (*os.File, string, error) 
 		f.Close()
 		at = fmt.Sprintf("%s is now inode %d", path, st.Ino)
 	case errors.Is(err, fs.ErrNotExist), errors.Is(err, unix.ELOOP):
-		at = fmt.Sprintf("%s: %s", path, reason(err))
+		at = fmt.Sprintf("%s: %s", path, procfind.Reason(err))
 	default:
 		return nil, "", fmt.Errorf("open %s: %w", path, err)
 	}
@@ -152,13 +153,4 @@ func mountFD(r *fileRef, dir string) (int, error) {
 func same(f *os.File, r *fileRef) bool {
 	var st unix.Stat_t
 	return unix.Fstat(int(f.Fd()), &st) == nil && st.Dev == r.Dev && st.Ino == r.Inode
-}
-
-// reason is err without the path a *PathError repeats.
-func reason(err error) string {
-	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		return pe.Err.Error()
-	}
-	return err.Error()
 }
