@@ -109,10 +109,10 @@ func TestChoose(t *testing.T) {
 	}
 }
 
-func TestParseProcCgroup(t *testing.T) {
+func TestMemberships(t *testing.T) {
 	t.Parallel()
 	in := "9:name=systemd:/\n4:memory:/process_api/96\n1:cpu,cpuacct:/kubepods/pod1/c1\n0::/user.slice\n"
-	ms, err := ParseProcCgroup([]byte(in))
+	ms, err := fakeMemberships(t, in)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,28 +137,28 @@ func TestParseProcCgroup(t *testing.T) {
 		t.Error("PathIn found a blkio group that is not there")
 	}
 	for _, bad := range []string{"x:cpu:/", "1:cpu", "1:cpu:relative"} {
-		if _, err := ParseProcCgroup([]byte(bad)); err == nil {
-			t.Errorf("ParseProcCgroup(%q) accepted", bad)
+		if _, err := fakeMemberships(t, bad); err == nil {
+			t.Errorf("memberships of %q accepted", bad)
 		}
 	}
 }
 
-func parseMounts(s string) ([]mi.Mount, error) { return mi.Parse(strings.NewReader(s)) }
-
-func FuzzParseProcCgroup(f *testing.F) {
-	f.Add([]byte("1:cpu,cpuacct:/a/b\n0::/\n"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		ms, err := ParseProcCgroup(b)
-		if err != nil {
-			return
-		}
-		for _, m := range ms {
-			if !strings.HasPrefix(m.Path, "/") || m.ID < 0 {
-				t.Fatalf("membership %+v from %q", m, b)
-			}
-		}
-	})
+// fakeMemberships reads a /proc/PID/task/TID/cgroup that holds s from a
+// made-up proc file system.
+func fakeMemberships(t *testing.T, s string) ([]Membership, error) {
+	t.Helper()
+	root := t.TempDir()
+	dir := filepath.Join(root, "7", "task", "7")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return memberships(root, 7, 7)
 }
+
+func parseMounts(s string) ([]mi.Mount, error) { return mi.Parse(strings.NewReader(s)) }
 
 func TestValidateRefusesForeignRecords(t *testing.T) {
 	t.Parallel()

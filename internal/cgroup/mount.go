@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
+	"syscall"
+
+	"github.com/prometheus/procfs"
 
 	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
 )
@@ -94,29 +96,31 @@ type Membership struct {
 	Path string
 }
 
-// ParseProcCgroup parses /proc/PID/cgroup: "ID:CONTROLLERS:PATH" lines.
-func ParseProcCgroup(b []byte) ([]Membership, error) {
-	var out []Membership
-	for n, line := range bytes.Split(b, []byte("\n")) {
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
+// memberships reads /proc/PID/task/TID/cgroup under the proc file system
+// at root through procfs, which splits its "ID:CONTROLLERS:PATH" lines;
+// a group path must be absolute, which procfs does not check.
+func memberships(root string, pid, tid int) ([]Membership, error) {
+	fs, err := procfs.NewFS(root)
+	if err != nil {
+		return nil, err
+	}
+	t, err := fs.Thread(pid, tid)
+	if err != nil {
+		return nil, err
+	}
+	cgs, err := t.Cgroups()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Membership, 0, len(cgs))
+	for n, c := range cgs {
+		if c.HierarchyID < 0 {
+			return nil, fmt.Errorf("cgroup line %d: hierarchy id %d", n+1, c.HierarchyID)
 		}
-		parts := strings.SplitN(string(line), ":", 3)
-		if len(parts) != 3 {
-			return nil, fmt.Errorf("cgroup line %d: want ID:CONTROLLERS:PATH", n+1)
+		if !strings.HasPrefix(c.Path, "/") {
+			return nil, fmt.Errorf("cgroup line %d: path %q is not absolute", n+1, c.Path)
 		}
-		id, err := strconv.Atoi(parts[0])
-		if err != nil || id < 0 {
-			return nil, fmt.Errorf("cgroup line %d: hierarchy id %q", n+1, parts[0])
-		}
-		if !strings.HasPrefix(parts[2], "/") {
-			return nil, fmt.Errorf("cgroup line %d: path %q is not absolute", n+1, parts[2])
-		}
-		m := Membership{ID: id, Path: parts[2]}
-		if parts[1] != "" {
-			m.Controllers = strings.Split(parts[1], ",")
-		}
-		out = append(out, m)
+		out = append(out, Membership{ID: c.HierarchyID, Controllers: c.Controllers, Path: c.Path})
 	}
 	return out, nil
 }
@@ -139,12 +143,11 @@ func PathIn(ms []Membership, h Hierarchy) (string, error) {
 // pid twice for the process as a whole); a thread that is gone is
 // os.ErrNotExist.
 func GroupOf(h Hierarchy, pid, tid int) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/cgroup", pid, tid))
+	ms, err := memberships(procfs.DefaultMountPoint, pid, tid)
 	if err != nil {
-		return "", err
-	}
-	ms, err := ParseProcCgroup(b)
-	if err != nil {
+		if errors.Is(err, syscall.ESRCH) {
+			return "", os.ErrNotExist // gone between the open and the read
+		}
 		return "", fmt.Errorf("thread %d: %w", tid, err)
 	}
 	return PathIn(ms, h)
