@@ -1,13 +1,11 @@
 package probe_test
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
@@ -100,22 +98,4 @@ func goneFor(d time.Duration, v float64) func(time.Duration) float64 {
 // counter grows by per each scrape.
 func counter(per float64) func(time.Duration) float64 {
 	return func(ago time.Duration) float64 { return float64((40*time.Minute-ago)/scrape) * per }
-}
-
-// fixed is an expression with the same vector at every time.
-func fixed(ps ...probe.Point) probe.Expr {
-	return func(time.Time) probe.Vector { return slices.Clone(probe.Vector(ps)) }
-}
-
-func pt(v float64, kv ...string) probe.Point { return probe.Point{Labels: lbl(kv...), V: v} }
-
-// render turns a vector into sorted "labels=value" strings, so tables can
-// state results in one readable line each.
-func render(v probe.Vector) []string {
-	out := make([]string, 0, len(v))
-	for _, p := range v {
-		out = append(out, fmt.Sprintf("%s=%g", p.Labels, p.V))
-	}
-	slices.Sort(out)
-	return out
 }

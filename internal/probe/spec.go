@@ -2,11 +2,18 @@ package probe
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"time"
 
+	"github.com/prometheus/common/model"
+	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/prometheus/promql/parser"
+
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/rules"
 )
 
 // FromSpec builds the probe an experiment file defines, over src. name labels
@@ -24,16 +31,11 @@ func FromSpec(name string, spec v1alpha1.ProbeSpec, src Source) (Probe, error) {
 		}
 		return p, nil
 	case spec.Threshold != nil:
-		th := spec.Threshold
-		var e Expr
-		if th.Absent {
-			e = absent(src, th.Metric, th.Labels, th.For.Duration)
-		} else if !slices.Contains([]string{">", "<", ">=", "<=", "==", "!="}, th.Op) {
-			return nil, fmt.Errorf("probe %q: comparison %q is not one of > < >= <= == !=", name, th.Op)
-		} else {
-			e = For(Compare(Selector(src, th.Metric, th.Labels), th.Op, th.Value), th.For.Duration, EvalInterval)
+		r, err := thresholdRule(name, *spec.Threshold)
+		if err != nil {
+			return nil, err
 		}
-		return &exprProbe{name: name, src: src, expr: e}, nil
+		return NewAlertProbe(name, r, &rules.Set{Rules: []*rules.Rule{r}}, src), nil
 	case spec.Log != nil:
 		re, err := regexp.Compile(spec.Log.Pattern)
 		if err != nil {
@@ -50,23 +52,34 @@ func FromSpec(name string, spec v1alpha1.ProbeSpec, src Source) (Probe, error) {
 	return nil, fmt.Errorf("probe %q defines nothing: set detector, threshold, log, prometheus or workload", name)
 }
 
-// absent holds, with an empty label set, when no matching series has a
-// sample in the last d (the 5m lookback when d is under a second), as
-// absent_over_time does.
-func absent(src Source, metric string, m map[string]string, d time.Duration) Expr {
-	if d < time.Second {
-		d = LookbackDelta
+// thresholdRule writes a threshold probe as the alerting rule it is:
+// `metric{labels} OP value` with for: For, or, for an absent probe,
+// absent_over_time(metric{labels}[For]) (absent(metric{labels}), the 5m
+// lookback with staleness, when For is under a second).
+func thresholdRule(name string, th v1alpha1.ThresholdProbe) (*rules.Rule, error) {
+	ms := []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, labels.MetricName, th.Metric)}
+	for _, k := range slices.Sorted(maps.Keys(th.Labels)) {
+		ms = append(ms, labels.MustNewMatcher(labels.MatchEqual, k, th.Labels[k]))
 	}
-	return func(t time.Time) Vector {
-		for _, s := range src.Select(metric) {
-			if matches(s.Labels, m) {
-				if _, ok := at(s.Samples, t, d); ok {
-					return nil
-				}
-			}
-		}
-		return Vector{{}}
+	sel := (&parser.VectorSelector{Name: th.Metric, LabelMatchers: ms}).String()
+	r := &rules.Rule{Source: "probe " + name, Group: name, Name: name, Kind: rules.KindAlert}
+	switch {
+	case th.Absent && th.For.Duration < time.Second:
+		r.Expr = "absent(" + sel + ")"
+	case th.Absent:
+		r.Expr = "absent_over_time(" + sel + "[" + model.Duration(th.For.Duration).String() + "])"
+	case !slices.Contains([]string{">", "<", ">=", "<=", "==", "!="}, th.Op):
+		return nil, fmt.Errorf("probe %q: comparison %q is not one of > < >= <= == !=", name, th.Op)
+	default:
+		r.Expr = sel + " " + th.Op + " " + strconv.FormatFloat(th.Value, 'g', -1, 64)
+		r.For = th.For.Duration
 	}
+	expr, err := parser.NewParser(parser.Options{}).ParseExpr(r.Expr)
+	if err != nil {
+		return nil, fmt.Errorf("probe %q: %s: %w", name, r.Expr, err)
+	}
+	r.Parsed = expr
+	return r, nil
 }
 
 type renamed struct {

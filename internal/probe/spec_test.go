@@ -72,9 +72,11 @@ func TestFromSpec(t *testing.T) {
 			sc:   hot, wantName: "no-temp",
 		},
 		{
+			// absent() carries the selector's equality matchers as its
+			// labels, so the observation is about node n3.
 			name: "absent looks only at matching series", probe: "no-temp-n3",
 			spec: v1alpha1.ProbeSpec{Threshold: &v1alpha1.ThresholdProbe{Metric: temp, Labels: map[string]string{"Hostname": "n3"}, Absent: true}},
-			sc:   hot, wantName: "no-temp-n3", holds: true, want: []probe.Subject{{}},
+			sc:   hot, wantName: "no-temp-n3", holds: true, want: []probe.Subject{{Node: "n3"}},
 		},
 		{
 			// absent(m): a series last scraped 6m ago is past the 5m

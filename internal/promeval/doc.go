@@ -7,8 +7,9 @@
 // query reads the sample slices as they are when it selects them. Evaluate
 // runs a rule set over a time span and reports every alert with when it
 // went pending and when it fired, and the series the recording rules
-// wrote. NewAlertProbe wraps one alerting rule as a probe the engine
-// polls.
+// wrote. A Watch evaluates one alerting rule incrementally, for a probe
+// the engine polls (internal/probe's alert probes, which the built-in
+// detectors are).
 //
 // # Semantics
 //

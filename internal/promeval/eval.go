@@ -836,29 +836,6 @@ func (rs *ruleState) sortedAlerts() []*Alert {
 	return out
 }
 
-// firing returns the alerts firing after the last evaluation, by labels,
-// with their latest values.
-func (rs *ruleState) firing() ([]*Alert, []float64) {
-	var out []*Alert
-	var vals []float64
-	for _, a := range rs.active {
-		if a.firing {
-			out = append(out, a.alert)
-			vals = append(vals, a.value)
-		}
-	}
-	idx := make([]int, len(out))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(i, j int) int { return strings.Compare(out[i].Labels.String(), out[j].Labels.String()) })
-	sa, sv := make([]*Alert, len(out)), make([]float64, len(out))
-	for k, i := range idx {
-		sa[k], sv[k] = out[i], vals[i]
-	}
-	return sa, sv
-}
-
 func ceilTo(ms, step int64) int64 {
 	r := ((ms % step) + step) % step
 	if r == 0 {
