@@ -7,22 +7,20 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gpuchaos/gpuchaos/internal/exposition"
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
-	"github.com/gpuchaos/gpuchaos/internal/textformat"
 	"github.com/gpuchaos/gpuchaos/internal/tick"
 )
 
 // DefaultInterval is how often the agent samples the GPUs.
 const DefaultInterval = time.Second
-
-// ContentType is the media type of /metrics: the text exposition format.
-const ContentType = "text/plain; version=0.0.4; charset=utf-8"
 
 // Options configure New. Zero values take the documented defaults.
 type Options struct {
@@ -60,8 +58,12 @@ type Agent struct {
 	version  string
 	log      *slog.Logger
 	devs     []gpu.Device
-	// labels[i] is devs[i]'s dcgm-exporter label set, rendered once.
-	labels []string
+	// labels[i] is devs[i]'s dcgm-exporter label set, built once and
+	// shared by every page; info is gpuchaos_agent_info's.
+	labels [][]*dto.LabelPair
+	info   []*dto.LabelPair
+	// handler serves /metrics and /healthz.
+	handler http.Handler
 
 	mu sync.RWMutex
 	// latest[i] is devs[i]'s newest sample; present[i] says whether the
@@ -73,12 +75,12 @@ type Agent struct {
 	// xidLast[i] is the code of the newest XID of devs[i] (0: none yet),
 	// as DCGM_FI_DEV_XID_ERRORS reports it. Guarded by mu.
 	xidLast []float64
-	// Event counters, keyed by their rendered label set. Guarded by mu.
-	xids       map[string]float64
-	injections map[string]float64
-	active     map[string]bool
-	burnTFLOPs map[string]float64
-	burnErrors map[string]float64
+	// Event series. Guarded by mu.
+	xids       *exposition.Vec // gpu, UUID, code
+	injections *exposition.Vec // fault
+	active     *exposition.Vec // fault, gpu
+	burnTFLOPs *exposition.Vec // gpu, dtype
+	burnErrors *exposition.Vec // gpu
 
 	// numaEvery is Options.NUMAInterval. numaMu serialises NUMA passes
 	// and guards numaLast, the time of the last one.
@@ -105,8 +107,9 @@ func New(ctx context.Context, opts Options) (*Agent, error) {
 	a := &Agent{
 		src: opts.Source, srcName: opts.SourceName, interval: opts.Interval,
 		host: opts.Hostname, version: opts.Version, log: opts.Logger,
-		xids: map[string]float64{}, injections: map[string]float64{}, active: map[string]bool{},
-		burnTFLOPs: map[string]float64{}, burnErrors: map[string]float64{},
+		xids: exposition.NewVec("gpu", "UUID", "code"), injections: exposition.NewVec("fault"),
+		active:     exposition.NewVec("fault", "gpu"),
+		burnTFLOPs: exposition.NewVec("gpu", "dtype"), burnErrors: exposition.NewVec("gpu"),
 		numaEvery: opts.NUMAInterval, numaRoot: opts.numaRoot,
 	}
 	if a.interval == 0 {
@@ -127,12 +130,14 @@ func New(ctx context.Context, opts Options) (*Agent, error) {
 		return nil, fmt.Errorf("new agent: list gpus: %w", err)
 	}
 	a.devs = devs
-	a.labels = make([]string, len(devs))
+	a.labels = make([][]*dto.LabelPair, len(devs))
 	for i, d := range devs {
-		a.labels[i] = textformat.Labels(
+		a.labels[i] = exposition.Labels(
 			"gpu", strconv.Itoa(d.Index), "UUID", d.UUID, "pci_bus_id", d.PCI,
 			"device", "nvidia"+strconv.Itoa(d.Index), "modelName", d.Name, "Hostname", a.host)
 	}
+	a.info = exposition.Labels("version", a.version, "source", a.srcName, "Hostname", a.host)
+	a.handler = exposition.Handler(exposition.Options{Gather: a.gather, Healthy: a.Running, Logger: a.log})
 	a.latest = make([]gpu.Sample, len(devs))
 	a.present = make([]bool, len(devs))
 	a.xidLast = make([]float64, len(devs))
@@ -230,7 +235,7 @@ func (a *Agent) RecordXID(gpuIndex int, code int) {
 		uuid = a.devs[p].UUID
 		a.xidLast[p] = float64(code)
 	}
-	a.xids[textformat.Labels("gpu", strconv.Itoa(gpuIndex), "UUID", uuid, "code", strconv.Itoa(code))]++
+	a.xids.Add(1, strconv.Itoa(gpuIndex), uuid, strconv.Itoa(code))
 }
 
 // RecordBurn records a burn result for GPU gpuIndex: its throughput in
@@ -241,8 +246,8 @@ func (a *Agent) RecordBurn(gpuIndex int, dtype string, tflops float64, newErrors
 	g := strconv.Itoa(gpuIndex)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.burnTFLOPs[textformat.Labels("gpu", g, "dtype", dtype)] = tflops
-	a.burnErrors[textformat.Labels("gpu", g)] += float64(newErrors)
+	a.burnTFLOPs.Set(tflops, g, dtype)
+	a.burnErrors.Add(float64(newErrors), g)
 }
 
 // RecordInjection counts one injection of fault (a catalogue id such as
@@ -250,7 +255,7 @@ func (a *Agent) RecordBurn(gpuIndex int, dtype string, tflops float64, newErrors
 func (a *Agent) RecordInjection(fault string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.injections[textformat.Labels("fault", fault)]++
+	a.injections.Add(1, fault)
 }
 
 // SetFault marks fault as active (1) on GPU gpuIndex in
@@ -261,51 +266,18 @@ func (a *Agent) SetFault(fault string, gpuIndex int, active bool) {
 	if gpuIndex >= 0 {
 		g = strconv.Itoa(gpuIndex)
 	}
-	key := textformat.Labels("fault", fault, "gpu", g)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if active {
-		a.active[key] = true
+		a.active.Set(1, fault, g)
 	} else {
-		delete(a.active, key)
+		a.active.Delete(fault, g)
 	}
 }
 
-// ServeHTTP serves /metrics (the exposition) and /healthz (200 while
-// Start runs, 503 otherwise); other paths are not found.
+// ServeHTTP serves /metrics (the exposition, through the exposition
+// package's handler) and /healthz (200 while Start runs, 503 otherwise);
+// other paths are not found.
 func (a *Agent) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	if req.Method != http.MethodGet && req.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
-	switch req.URL.Path {
-	case "/metrics":
-		b := a.exposition()
-		// Written after the lock is released: a slow client must not
-		// stall sampling.
-		w.Header().Set("Content-Type", ContentType)
-		w.Header().Set("Content-Length", strconv.Itoa(len(b)))
-		_, _ = w.Write(b)
-	case "/healthz":
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !a.Running() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte("not running\n"))
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	default:
-		http.NotFound(w, req)
-	}
-}
-
-// sortedKeys returns m's keys in order, so the page is stable.
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
+	a.handler.ServeHTTP(w, req)
 }

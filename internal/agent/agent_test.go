@@ -13,8 +13,6 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 	"github.com/gpuchaos/gpuchaos/internal/twin/twingpu"
-
-	"github.com/gpuchaos/gpuchaos/internal/textformat"
 )
 
 // twinSource returns a source over one node of a fresh twin, with the
@@ -160,7 +158,7 @@ func TestStartSamplesAndStops(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- a.Start(ctx) }()
 	deadline := time.Now().Add(5 * time.Second)
-	for !a.Running() || !strings.Contains(string(a.exposition()), "DCGM_FI_DEV_GPU_TEMP{") {
+	for !a.Running() || !strings.Contains(string(render(t, a)), "DCGM_FI_DEV_GPU_TEMP{") {
 		if time.Now().After(deadline) {
 			t.Fatal("no sample within 5s of Start")
 		}
@@ -221,7 +219,7 @@ func TestMissedTicksAreCounted(t *testing.T) {
 	if a.MissedTicks() == 0 {
 		t.Error("no missed ticks counted though every pass overran several intervals")
 	}
-	m, ok := find(parse(t, a.exposition()), "gpuchaos_agent_missed_ticks_total", nil)
+	m, ok := find(parse(t, render(t, a)), "gpuchaos_agent_missed_ticks_total", nil)
 	if !ok || value(m) != float64(a.MissedTicks()) {
 		t.Errorf("gpuchaos_agent_missed_ticks_total does not show %d", a.MissedTicks())
 	}
@@ -252,8 +250,8 @@ func TestNewRejects(t *testing.T) {
 }
 
 // FuzzLabelValues checks that any label value (a hostname, a model name,
-// a fault id from a user's file) leaves a page Prometheus' parser reads
-// back to the same value.
+// a fault id from a user's file) given to the agent leaves a page
+// Prometheus' parser reads back to the same value.
 func FuzzLabelValues(f *testing.F) {
 	for _, s := range []string{"gpu-node-0", `quo"te`, `back\slash`, "new\nline", "ünïcode", ""} {
 		f.Add(s, 1.5)
@@ -262,11 +260,18 @@ func FuzzLabelValues(f *testing.F) {
 		if !utf8Valid(v) {
 			t.Skip("the text format carries UTF-8")
 		}
-		line := "m" + textformat.Labels("a", v, "b", "x") + " " + textformat.FormatValue(x) + "\n"
-		fams := parse(t, []byte("# TYPE m gauge\n"+line))
-		m := fams["m"].GetMetric()[0]
-		if got := labelMap(m)["a"]; got != v {
-			t.Errorf("label read back as %q, want %q", got, v)
+		// An empty Hostname would mean this machine's.
+		a := newAgent(t, Options{Source: &placedSource{nodes: []int{0}}, Hostname: "n", Version: v, SourceName: v})
+		a.RecordBurn(0, v, x, 0)
+		fams := parse(t, render(t, a))
+		if m, ok := find(fams, "gpuchaos_agent_info", map[string]string{"source": v, "version": v}); !ok {
+			t.Errorf("no gpuchaos_agent_info with source and version %q", v)
+		} else if value(m) != 1 {
+			t.Errorf("gpuchaos_agent_info = %v", value(m))
+		}
+		m, ok := find(fams, "gpuchaos_burn_tflops", map[string]string{"gpu": "0", "dtype": v})
+		if !ok {
+			t.Fatalf("label read back other than %q", v)
 		}
 		if got := value(m); got != x && !(math.IsNaN(x) && math.IsNaN(got)) {
 			t.Errorf("value read back as %v, want %v", got, x)

@@ -36,13 +36,14 @@ func benchAgent(b *testing.B) *Agent {
 }
 
 // BenchmarkExposition is what one scrape of /metrics costs the agent
-// beyond the HTTP server: the page for 8 GPUs.
+// beyond the HTTP server: the page for 8 GPUs, built and written in the
+// text format.
 func BenchmarkExposition(b *testing.B) {
 	a := benchAgent(b)
 	b.ReportAllocs()
 	var n int
 	for b.Loop() {
-		n = len(a.exposition())
+		n = len(render(b, a))
 	}
 	b.ReportMetric(float64(n), "page-bytes")
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"go.uber.org/goleak"
+
+	"github.com/gpuchaos/gpuchaos/internal/exposition"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -40,10 +42,22 @@ func scrape(t *testing.T, a *Agent) map[string]*dto.MetricFamily {
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("GET /metrics: %s", resp.Status)
 	}
-	if ct := resp.Header.Get("Content-Type"); ct != ContentType {
-		t.Errorf("Content-Type %q, want %q", ct, ContentType)
+	if ct := resp.Header.Get("Content-Type"); ct != exposition.ContentType {
+		t.Errorf("Content-Type %q, want %q", ct, exposition.ContentType)
 	}
 	return parse(t, body)
+}
+
+// render writes the page a scrape would get in the text format.
+func render(t testing.TB, a *Agent) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	for _, f := range a.gather() {
+		if _, err := expfmt.MetricFamilyToText(&b, f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return b.Bytes()
 }
 
 func parse(t testing.TB, body []byte) map[string]*dto.MetricFamily {

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpuchaos/gpuchaos/internal/exposition"
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
 	"github.com/gpuchaos/gpuchaos/internal/numa"
-	"github.com/gpuchaos/gpuchaos/internal/textformat"
 )
 
 // DefaultNUMAInterval is the NUMA alignment interval the agent command
@@ -17,10 +17,10 @@ import (
 // which is too dear for every second, and a misplacement lasts for minutes.
 const DefaultNUMAInterval = 15 * time.Second
 
-// numaState is the newest NUMA alignment pass, keyed by rendered labels.
-// Guarded by Agent.mu.
+// numaState is the newest NUMA alignment pass; each Vec's labels are gpu,
+// pid, comm. The zero value is no pass yet. Guarded by Agent.mu.
 type numaState struct {
-	misaligned, remoteMemory, remoteCPU map[string]float64
+	misaligned, remoteMemory, remoteCPU *exposition.Vec
 }
 
 // collectNUMA judges every compute process on every GPU with a known NUMA
@@ -44,7 +44,8 @@ func (a *Agent) collectNUMA(ctx context.Context) {
 		a.log.Warn("numa alignment: read topology", "err", err)
 		return
 	}
-	next := numaState{misaligned: map[string]float64{}, remoteMemory: map[string]float64{}, remoteCPU: map[string]float64{}}
+	names := []string{"gpu", "pid", "comm"}
+	next := numaState{misaligned: exposition.NewVec(names...), remoteMemory: exposition.NewVec(names...), remoteCPU: exposition.NewVec(names...)}
 	for _, d := range a.devs {
 		if d.NUMANode < 0 {
 			continue
@@ -58,13 +59,14 @@ func (a *Agent) collectNUMA(ctx context.Context) {
 			if err != nil {
 				continue
 			}
-			k := textformat.Labels("gpu", strconv.Itoa(d.Index), "pid", strconv.Itoa(p.PID), "comm", comm(p.PID))
-			next.misaligned[k] = 0
+			k := []string{strconv.Itoa(d.Index), strconv.Itoa(p.PID), comm(p.PID)}
+			misaligned := 0.0
 			if al.Misaligned() {
-				next.misaligned[k] = 1
+				misaligned = 1
 			}
-			next.remoteMemory[k] = al.RemoteMemoryRatio()
-			next.remoteCPU[k] = al.RemoteCPURatio()
+			next.misaligned.Set(misaligned, k...)
+			next.remoteMemory.Set(al.RemoteMemoryRatio(), k...)
+			next.remoteCPU.Set(al.RemoteCPURatio(), k...)
 		}
 	}
 	a.mu.Lock()
