@@ -9,8 +9,16 @@ import (
 
 func TestCheckMechanism(t *testing.T) {
 	t.Parallel()
-	want := map[string]string{"workload.hang-rank": "signal"}
-	hang := &catalog.Fault{ID: "workload.hang-rank"}
+	lookup := func(id string) *catalog.Fault {
+		f, ok := catalog.Lookup(id)
+		if !ok {
+			t.Fatalf("%s is not in the catalogue", id)
+		}
+		return f
+	}
+	hang, straggler := lookup("workload.hang-rank"), lookup("workload.straggler")
+	faults := []string{"workload.hang-rank", "workload.straggler"}
+	mechanisms := []string{"signal", "cgroup-cpu", "duty-cycle", "cgroup-freeze"}
 	tests := []struct {
 		name    string
 		f       *catalog.Fault
@@ -18,15 +26,20 @@ func TestCheckMechanism(t *testing.T) {
 		wantErr string
 	}{
 		{"served", hang, &catalog.Mechanism{Name: "signal"}, ""},
-		{"other mechanism", hang, &catalog.Mechanism{Name: "cgroup-freeze"}, "pkg: mechanism cgroup-freeze of workload.hang-rank is not implemented here (signal is)"},
-		{"other fault", &catalog.Fault{ID: "hardware.xid"}, &catalog.Mechanism{Name: "signal"}, "pkg: fault hardware.xid is not one of this package's"},
+		{"served, second of two", straggler, &catalog.Mechanism{Name: "duty-cycle"}, ""},
+		// cgroup-freeze is a mechanism of hang-rank and the package lists
+		// it, but the catalogue has it planned: the catalogue decides.
+		{"planned in the catalogue", hang, &catalog.Mechanism{Name: "cgroup-freeze"}, "pkg: mechanism cgroup-freeze of workload.hang-rank is not implemented here (signal is)"},
+		{"not the fault's", hang, &catalog.Mechanism{Name: "duty-cycle"}, "pkg: mechanism duty-cycle of workload.hang-rank is not implemented here (signal is)"},
+		{"not the package's", straggler, &catalog.Mechanism{Name: "twin"}, "pkg: mechanism twin of workload.straggler is not implemented here (cgroup-cpu and duty-cycle are)"},
+		{"other fault", lookup("hardware.xid"), &catalog.Mechanism{Name: "signal"}, "pkg: fault hardware.xid is not one of this package's"},
 		{"no fault", nil, &catalog.Mechanism{Name: "signal"}, "a fault and a mechanism are required"},
 		{"no mechanism", hang, nil, "a fault and a mechanism are required"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			err := CheckMechanism("pkg", tc.f, tc.m, want)
+			err := CheckMechanism("pkg", tc.f, tc.m, faults, mechanisms)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("err = %v, want none", err)

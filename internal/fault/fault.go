@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
@@ -43,19 +45,41 @@ type Injector interface {
 	Recover(ctx context.Context, key string) error
 }
 
-// CheckMechanism says whether mechanism m of fault f is the one an
-// injector package implements for it; want maps each fault id the package
-// serves to its mechanism, and pkg names the package in errors.
-func CheckMechanism(pkg string, f *catalog.Fault, m *catalog.Mechanism, want map[string]string) error {
+// CheckMechanism says whether mechanism m of fault f is one an injector
+// package runs: f is one of the faults it serves, m one of the mechanisms
+// it has code for, and the catalogue lists m among f's mechanisms as built
+// for a target. Which mechanism goes with which fault is the catalogue's
+// to say; a package only lists what it can run, so the two cannot
+// disagree. pkg names the package in errors.
+func CheckMechanism(pkg string, f *catalog.Fault, m *catalog.Mechanism, faults, mechanisms []string) error {
 	if f == nil || m == nil {
 		return fmt.Errorf("%s: a fault and a mechanism are required", pkg)
 	}
-	w, ok := want[f.ID]
-	if !ok {
+	if !slices.Contains(faults, f.ID) {
 		return fmt.Errorf("%s: fault %s is not one of this package's", pkg, f.ID)
 	}
-	if m.Name != w {
-		return fmt.Errorf("%s: mechanism %s of %s is not implemented here (%s is)", pkg, m.Name, f.ID, w)
+	if cm := f.Mechanism(m.Name); cm != nil && len(cm.Targets) > 0 && slices.Contains(mechanisms, m.Name) {
+		return nil
 	}
-	return nil
+	ours := Built(f, mechanisms)
+	switch len(ours) {
+	case 0:
+		return fmt.Errorf("%s: mechanism %s of %s is not implemented here (the catalogue lists none of %s as built)", pkg, m.Name, f.ID, strings.Join(mechanisms, ", "))
+	case 1:
+		return fmt.Errorf("%s: mechanism %s of %s is not implemented here (%s is)", pkg, m.Name, f.ID, ours[0])
+	}
+	return fmt.Errorf("%s: mechanism %s of %s is not implemented here (%s are)", pkg, m.Name, f.ID, strings.Join(ours, " and "))
+}
+
+// Built returns the mechanisms of f, among those named, that the catalogue
+// lists as built for a target, in the catalogue's order: the ones of f an
+// injector package with code for those names runs.
+func Built(f *catalog.Fault, names []string) []string {
+	var built []string
+	for _, m := range f.Mechanisms {
+		if len(m.Targets) > 0 && slices.Contains(names, m.Name) {
+			built = append(built, m.Name)
+		}
+	}
+	return built
 }

@@ -1,11 +1,16 @@
-// Package all is the one place that lists every injector, by mechanism
-// name, so the wiring of mechanisms to code can be read in one file.
+// Package all is the one place that lists every injector: Registry says,
+// for each mechanism, which faults it causes, on which targets, and how
+// its injector is built, so the wiring of mechanisms to code can be read
+// in one file and held to the catalogue by a test.
 package all
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
+	"slices"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
@@ -21,6 +26,9 @@ import (
 
 // Env carries what injectors need from their target.
 type Env struct {
+	// Logger receives the injectors' logs, each with its component
+	// attribute; nil discards them.
+	Logger *slog.Logger
 	// Twin is set when the target is the digital twin.
 	Twin twinfault.Player
 	// Kmsg writes kernel log records for the kernel-log mechanism; a
@@ -41,54 +49,157 @@ type Env struct {
 	GPUNode func(ctx context.Context, gpu int) (int, error)
 }
 
-// Injector returns the injector implementing mechanism m of fault f.
-// Mechanisms the catalogue declares for the local and k8s targets arrive in
-// later releases; asking for one says so.
+// Entry is one injector of the registry: a mechanism, the faults it causes
+// through it, the targets it runs on and its constructor.
+type Entry struct {
+	// Mechanism is the catalogue's name of the mechanism.
+	Mechanism string
+	// Faults lists the ids of the faults served; nil means every fault of
+	// the catalogue that has the mechanism.
+	Faults []string
+	// Targets lists the target kinds the injector runs on. For every fault
+	// served they are exactly the targets the catalogue lists as built
+	// (catalog.Mechanism.Targets); a test holds the two to each other.
+	Targets []string
+	// New builds the injector for fault f from what its target provides,
+	// refusing when env lacks what the injector needs.
+	New func(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, error)
+}
+
+// Serves reports whether the entry causes fault faultID through
+// mechanism.
+func (e Entry) Serves(faultID, mechanism string) bool {
+	return e.Mechanism == mechanism && (e.Faults == nil || slices.Contains(e.Faults, faultID))
+}
+
+// Registry lists every injector of this build. Each (fault, mechanism) is
+// served by one entry at most. The slice is new on every call.
+func Registry() []Entry {
+	twin, local := []string{"twin"}, []string{"local"}
+	return []Entry{
+		{Mechanism: catalog.MechanismTwin, Targets: twin, New: newTwin},
+		{Mechanism: "kernel-log", Targets: local, New: newKmsg, Faults: []string{
+			"hardware.xid", "hardware.ecc-sbe-storm", "hardware.ecc-dbe", "hardware.row-remap-pending",
+			"hardware.row-remap-failure", "hardware.nvlink-down", "hardware.fallen-off-bus", "hardware.gsp-timeout"}},
+
+		{Mechanism: "burn", Targets: local, New: newGPUProc, Faults: []string{
+			"exhaustion.sm-burn", "exhaustion.thermal-soak", "exhaustion.noisy-neighbour"}},
+		{Mechanism: "cuda-malloc", Targets: local, New: newGPUProc, Faults: []string{"exhaustion.vram"}},
+		{Mechanism: "cuda-memcpy", Targets: local, New: newGPUProc, Faults: []string{"exhaustion.pcie"}},
+
+		{Mechanism: "tc-tbf", Targets: local, New: newNet, Faults: []string{"network.rate-limit"}},
+		{Mechanism: "netem", Targets: local, New: newNet, Faults: []string{"network.delay", "network.loss"}},
+		{Mechanism: "cls-bpf", Targets: local, New: newNet, Faults: []string{
+			"network.loss", "network.partition", "ebpf.packet-drop", "ebpf.port-blackhole"}},
+		{Mechanism: storagefault.MechanismBPF, Targets: local, New: newStorage, Faults: []string{storagefault.FaultID}},
+
+		{Mechanism: "signal", Targets: local, New: newCkpt, Faults: []string{"checkpoint.kill-writer"}},
+		{Mechanism: "fallocate", Targets: local, New: newCkpt, Faults: []string{"checkpoint.fill-volume"}},
+		{Mechanism: "cgroup-io", Targets: local, New: newCkpt, Faults: []string{"checkpoint.slow-storage"}},
+		{Mechanism: "byte-flip", Targets: local, New: newCkpt, Faults: []string{"checkpoint.corrupt-newest"}},
+
+		{Mechanism: "migrate-pages", Targets: local, New: newNUMA, Faults: []string{"numa.remote-memory"}},
+		{Mechanism: "sched-setaffinity", Targets: local, New: newNUMA, Faults: []string{"numa.wrong-affinity"}},
+		{Mechanism: "memory-hog", Targets: local, New: newNUMA, Faults: []string{"numa.memory-pressure"}},
+		{Mechanism: "cpu-hog", Targets: local, New: newNUMA, Faults: []string{"numa.cpu-saturation"}},
+
+		{Mechanism: "signal", Targets: local, New: newProc, Faults: []string{"workload.kill-rank", "workload.hang-rank"}},
+		{Mechanism: "cgroup-cpu", Targets: local, New: newProc, Faults: []string{"workload.straggler"}},
+		{Mechanism: "duty-cycle", Targets: local, New: newProc, Faults: []string{"workload.straggler"}},
+	}
+}
+
+// Injector returns the injector implementing mechanism m of fault f: the
+// registry's entry serving them, built from env. A mechanism without one
+// (the catalogue lists it as planned) is refused, saying so.
 func Injector(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, error) {
-	switch m.Name {
-	case "twin":
-		if env.Twin == nil {
-			return nil, fmt.Errorf("mechanism twin of %s needs the twin target", f.ID)
+	if f == nil || m == nil {
+		return nil, errors.New("an injector needs a fault and a mechanism")
+	}
+	for _, e := range Registry() {
+		if e.Serves(f.ID, m.Name) {
+			return e.New(f, m, env)
 		}
-		return twinfault.New(f, env.Twin), nil
-	case "kernel-log":
-		if env.Kmsg == nil {
-			return nil, fmt.Errorf("mechanism kernel-log of %s needs the kernel log of a local node", f.ID)
-		}
-		return kmsgxid.New(f, env.Kmsg)
-	case "tc-tbf", "cls-bpf", "netem":
-		if env.StateDir == "" {
-			return nil, fmt.Errorf("mechanism %s of %s needs a state directory for network faults on a local node", m.Name, f.ID)
-		}
-		if f.ID == storagefault.FaultID {
-			return storagefault.New(f, m, storagefault.Options{StateDir: filepath.Join(env.StateDir, "storage")})
-		}
-		return netfault.New(f, m.Name, filepath.Join(env.StateDir, "net"))
-	case "migrate-pages", "sched-setaffinity", "memory-hog", "cpu-hog":
-		if env.StateDir == "" {
-			return nil, fmt.Errorf("mechanism %s of %s needs a state directory on a local node", m.Name, f.ID)
-		}
-		return numafault.New(f, m, numafault.Options{StateDir: filepath.Join(env.StateDir, "numa"), GPUNode: env.GPUNode, Exec: env.Exec})
-	case "signal", "cgroup-cpu", "duty-cycle":
-		if env.StateDir == "" {
-			return nil, fmt.Errorf("mechanism %s of %s needs a state directory on a local node", m.Name, f.ID)
-		}
-		switch f.ID {
-		case "workload.kill-rank", "workload.hang-rank", "workload.straggler":
-			return procfault.New(f, m, procfault.Options{StateDir: filepath.Join(env.StateDir, "rank"), Exec: env.Exec})
-		case "checkpoint.kill-writer":
-			return ckptfault.New(f, m, ckptfault.Options{StateDir: filepath.Join(env.StateDir, "ckpt")})
-		}
-	case "fallocate", "cgroup-io", "byte-flip":
-		if env.StateDir == "" {
-			return nil, fmt.Errorf("mechanism %s of %s needs a state directory on a local node", m.Name, f.ID)
-		}
-		return ckptfault.New(f, m, ckptfault.Options{StateDir: filepath.Join(env.StateDir, "ckpt")})
-	case "burn", "cuda-malloc", "cuda-memcpy":
-		if env.StateDir == "" {
-			return nil, fmt.Errorf("mechanism %s of %s needs a state directory for its processes on a local node", m.Name, f.ID)
-		}
-		return gpuproc.New(f, m, gpuproc.Options{Exec: env.Exec, StateDir: filepath.Join(env.StateDir, "proc")})
 	}
 	return nil, fmt.Errorf("mechanism %s of %s has no injector in this build", m.Name, f.ID)
+}
+
+func newTwin(f *catalog.Fault, _ *catalog.Mechanism, env Env) (fault.Injector, error) {
+	if env.Twin == nil {
+		return nil, fmt.Errorf("mechanism twin of %s needs the twin target", f.ID)
+	}
+	return twinfault.New(f, env.Twin), nil
+}
+
+func newKmsg(f *catalog.Fault, _ *catalog.Mechanism, env Env) (fault.Injector, error) {
+	if env.Kmsg == nil {
+		return nil, fmt.Errorf("mechanism kernel-log of %s needs the kernel log of a local node", f.ID)
+	}
+	return kmsgxid.New(f, env.Kmsg)
+}
+
+// stateDir is the subdirectory of env.StateDir one injector package keeps
+// its records in; it refuses an env without a state directory.
+func stateDir(f *catalog.Fault, m *catalog.Mechanism, env Env, sub string) (string, error) {
+	if env.StateDir == "" {
+		return "", fmt.Errorf("mechanism %s of %s needs a state directory on a local node", m.Name, f.ID)
+	}
+	return filepath.Join(env.StateDir, sub), nil
+}
+
+func newNet(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, error) {
+	dir, err := stateDir(f, m, env, "net")
+	if err != nil {
+		return nil, err
+	}
+	return netfault.New(f, m.Name, dir)
+}
+
+func newStorage(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, error) {
+	dir, err := stateDir(f, m, env, "storage")
+	if err != nil {
+		return nil, err
+	}
+	return storagefault.New(f, m, storagefault.Options{StateDir: dir})
+}
+
+func newNUMA(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, error) {
+	dir, err := stateDir(f, m, env, "numa")
+	if err != nil {
+		return nil, err
+	}
+	return numafault.New(f, m, numafault.Options{StateDir: dir, GPUNode: env.GPUNode, Exec: env.Exec})
+}
+
+func newProc(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, error) {
+	dir, err := stateDir(f, m, env, "rank")
+	if err != nil {
+		return nil, err
+	}
+	return procfault.New(f, m, procfault.Options{StateDir: dir, Exec: env.Exec, Logger: component(env, "procfault")})
+}
+
+func newCkpt(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, error) {
+	dir, err := stateDir(f, m, env, "ckpt")
+	if err != nil {
+		return nil, err
+	}
+	return ckptfault.New(f, m, ckptfault.Options{StateDir: dir, Logger: component(env, "ckptfault")})
+}
+
+func newGPUProc(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, error) {
+	dir, err := stateDir(f, m, env, "proc")
+	if err != nil {
+		return nil, err
+	}
+	return gpuproc.New(f, m, gpuproc.Options{Exec: env.Exec, StateDir: dir})
+}
+
+// component is env's logger with the injector package as its component
+// attribute; nil when env has none (each package then discards).
+func component(env Env, name string) *slog.Logger {
+	if env.Logger == nil {
+		return nil
+	}
+	return env.Logger.With("component", name)
 }

@@ -24,8 +24,12 @@ const (
 	idCorrupt    = "checkpoint.corrupt-newest"
 )
 
-// mechanisms maps each fault to the mechanism this package implements.
-var mechanisms = map[string]string{idKillWriter: "signal", idFill: "fallocate", idSlow: "cgroup-io", idCorrupt: "byte-flip"}
+// faultIDs and mechanismNames are what this package has code for; the catalogue
+// says which mechanism goes with which fault (fault.CheckMechanism).
+var (
+	faultIDs       = []string{idKillWriter, idFill, idSlow, idCorrupt}
+	mechanismNames = []string{"signal", "fallocate", "cgroup-io", "byte-flip"}
+)
 
 // EnvCheckpointDir is the variable in a rank's environment that names the
 // job's checkpoint directory when the path parameter is empty.
@@ -59,7 +63,7 @@ type Injector struct {
 // checkpoint.kill-writer, fallocate for checkpoint.fill-volume, cgroup-io
 // for checkpoint.slow-storage, byte-flip for checkpoint.corrupt-newest.
 func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
-	if err := fault.CheckMechanism("ckptfault", f, m, mechanisms); err != nil {
+	if err := fault.CheckMechanism("ckptfault", f, m, faultIDs, mechanismNames); err != nil {
 		return nil, err
 	}
 	d, err := statedir.OpenFor("ckptfault", f.ID, o.StateDir)

@@ -30,18 +30,13 @@ const neighbourCeilingC = 85
 // of exec.Cmd.ExtraFiles.
 const readyFD = "3"
 
-// mechanismOf returns the one mechanism of a fault this package runs.
-func mechanismOf(faultID string) (string, bool) {
-	switch faultID {
-	case "exhaustion.sm-burn", "exhaustion.thermal-soak", "exhaustion.noisy-neighbour":
-		return "burn", true
-	case "exhaustion.vram":
-		return "cuda-malloc", true
-	case "exhaustion.pcie":
-		return "cuda-memcpy", true
-	}
-	return "", false
-}
+// faultIDs and mechanismNames are what this package runs as child processes;
+// the catalogue says which mechanism goes with which fault
+// (fault.CheckMechanism).
+var (
+	faultIDs       = []string{"exhaustion.sm-burn", "exhaustion.thermal-soak", "exhaustion.noisy-neighbour", "exhaustion.vram", "exhaustion.pcie"}
+	mechanismNames = []string{"burn", "cuda-malloc", "cuda-memcpy"}
+)
 
 // childDuration is the --duration of a child started at now: until the
 // context's hold time plus HoldMargin (DefaultHold without one), at least

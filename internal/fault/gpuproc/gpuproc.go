@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -94,12 +95,11 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (fault.Injector, err
 	if f == nil || m == nil {
 		return nil, errors.New("gpuproc: a fault and a mechanism are required")
 	}
-	want, ok := mechanismOf(f.ID)
-	if !ok {
+	if !slices.Contains(faultIDs, f.ID) {
 		return nil, fmt.Errorf("gpuproc: fault %s is not run as a child process", f.ID)
 	}
-	if m.Name != want {
-		return nil, fmt.Errorf("gpuproc: mechanism %s of %s is not run as a child process (%s is)", m.Name, f.ID, want)
+	if err := fault.CheckMechanism("gpuproc", f, m, faultIDs, mechanismNames); err != nil {
+		return nil, err
 	}
 	if o.StateDir == "" {
 		return nil, fmt.Errorf("gpuproc: %s needs a state directory", f.ID)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,13 +18,12 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/numa"
 )
 
-// Mechanism names of the catalogue this package implements, by fault.
-var mechanisms = map[string]string{
-	"numa.remote-memory":   "migrate-pages",
-	"numa.wrong-affinity":  "sched-setaffinity",
-	"numa.memory-pressure": "memory-hog",
-	"numa.cpu-saturation":  "cpu-hog",
-}
+// faultIDs and mechanismNames are what this package has code for; the catalogue
+// says which mechanism goes with which fault (fault.CheckMechanism).
+var (
+	faultIDs       = []string{"numa.remote-memory", "numa.wrong-affinity", "numa.memory-pressure", "numa.cpu-saturation"}
+	mechanismNames = []string{"migrate-pages", "sched-setaffinity", "memory-hog", "cpu-hog"}
+)
 
 // Defaults of the hog children's lifetime and stopping.
 const (
@@ -82,12 +82,11 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (fault.Injector, err
 	if f == nil || m == nil {
 		return nil, errors.New("numafault: a fault and a mechanism are required")
 	}
-	want, ok := mechanisms[f.ID]
-	if !ok {
+	if !slices.Contains(faultIDs, f.ID) {
 		return nil, fmt.Errorf("numafault: fault %s is not a numa fault", f.ID)
 	}
-	if m.Name != want {
-		return nil, fmt.Errorf("numafault: mechanism %s of %s is not implemented here (%s is)", m.Name, f.ID, want)
+	if err := fault.CheckMechanism("numafault", f, m, faultIDs, mechanismNames); err != nil {
+		return nil, err
 	}
 	if o.StateDir == "" {
 		return nil, fmt.Errorf("numafault: %s needs a state directory", f.ID)

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math"
 	"os"
-	"slices"
 	"syscall"
 	"time"
 
@@ -36,13 +35,12 @@ const (
 	mechDutyCycle = "duty-cycle"
 )
 
-// mechanisms maps each fault to the mechanisms this package implements
-// for it, the first being the one named when refusing another.
-var mechanisms = map[string][]string{
-	idKill:      {mechSignal},
-	idHang:      {mechSignal},
-	idStraggler: {mechCgroupCPU, mechDutyCycle},
-}
+// faultIDs and mechanismNames are what this package has code for; the catalogue
+// says which mechanism goes with which fault (fault.CheckMechanism).
+var (
+	faultIDs       = []string{idKill, idHang, idStraggler}
+	mechanismNames = []string{mechSignal, mechCgroupCPU, mechDutyCycle}
+)
 
 // signals are the signals the catalogue lets kill-rank send.
 var signals = map[string]syscall.Signal{"SIGKILL": syscall.SIGKILL, "SIGTERM": syscall.SIGTERM, "SIGSEGV": syscall.SIGSEGV}
@@ -103,16 +101,7 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
 	if f == nil || m == nil {
 		return nil, errors.New("procfault: a fault and a mechanism are required")
 	}
-	// CheckMechanism knows one mechanism per fault: it is asked about the
-	// one requested when this package implements it, else about the first.
-	want := map[string]string{}
-	for id, ms := range mechanisms {
-		want[id] = ms[0]
-		if id == f.ID && slices.Contains(ms, m.Name) {
-			want[id] = m.Name
-		}
-	}
-	if err := fault.CheckMechanism("procfault", f, m, want); err != nil {
+	if err := fault.CheckMechanism("procfault", f, m, faultIDs, mechanismNames); err != nil {
 		return nil, err
 	}
 	d, err := statedir.OpenFor("procfault", f.ID, o.StateDir)

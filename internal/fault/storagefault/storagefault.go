@@ -60,7 +60,7 @@ type Injector struct {
 // New returns the injector of mechanism m of f, which must be cls-bpf of
 // checkpoint.storage-partition.
 func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
-	if err := fault.CheckMechanism("storagefault", f, m, map[string]string{FaultID: MechanismBPF}); err != nil {
+	if err := fault.CheckMechanism("storagefault", f, m, []string{FaultID}, []string{MechanismBPF}); err != nil {
 		return nil, err
 	}
 	if o.Mountinfo == "" {
