@@ -5,8 +5,9 @@
 // A Runner owns a twin behind a mutex. Start advances the twin's virtual
 // clock with the wall clock (times a speed factor) on an aligned ticker,
 // trims samples older than the retention so memory stays bounded, and
-// returns when its context ends. ServeHTTP serves /metrics in the
-// Prometheus text exposition format (version 0.0.4): the newest value of
+// returns when its context ends. ServeHTTP serves /metrics through the
+// exposition package's handler, in the Prometheus text format (version
+// 0.0.4) unless the scraper asks for protobuf: the newest value of
 // every series that is not stale, so a GPU that falls off the bus simply
 // disappears from the page, as it does from dcgm-exporter's. Apply and
 // Revert take the lock, so the Runner is the twinfault.Player of a live

@@ -1,22 +1,22 @@
 package live
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/exposition"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/series"
-	"github.com/gpuchaos/gpuchaos/internal/textformat"
 	"github.com/gpuchaos/gpuchaos/internal/tick"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
@@ -50,9 +50,6 @@ const (
 // retention in virtual time, so at most 10 % more than the retention is
 // ever held and the copying is spread thin.
 const trimFraction = 10
-
-// ContentType is the media type of /metrics: the text exposition format.
-const ContentType = "text/plain; version=0.0.4; charset=utf-8"
 
 // Options configure New. Zero values take the documented defaults.
 type Options struct {
@@ -102,6 +99,9 @@ type Runner struct {
 	tick      time.Duration
 	retention time.Duration
 	log       *slog.Logger
+
+	// handler serves /metrics and /healthz.
+	handler http.Handler
 
 	running atomic.Bool
 	missed  atomic.Uint64
@@ -161,6 +161,7 @@ func New(ctx context.Context, opts Options) (*Runner, error) {
 	}
 	r.tw = tw
 	r.wall0, r.virt0 = time.Now(), tw.Now()
+	r.handler = exposition.Handler(exposition.Options{Gather: r.gather, Healthy: r.Running, Logger: r.log})
 	return r, nil
 }
 
@@ -291,62 +292,44 @@ func (r *Runner) WithTwin(fn func(*twin.Twin)) {
 	fn(r.tw)
 }
 
-// ServeHTTP serves /metrics (the exposition) and /healthz (200 while
-// Start runs, 503 otherwise); other paths are not found.
+// ServeHTTP serves /metrics (the exposition, through the exposition
+// package's handler) and /healthz (200 while Start runs, 503 otherwise);
+// other paths are not found.
 func (r *Runner) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	if req.Method != http.MethodGet && req.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
-	switch req.URL.Path {
-	case "/metrics":
-		var buf bytes.Buffer
-		r.mu.Lock()
-		writeExposition(&buf, r.tw, r.metrics)
-		r.mu.Unlock()
-		// Written after the lock is released: a slow client must not stall
-		// the twin.
-		w.Header().Set("Content-Type", ContentType)
-		w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
-		_, _ = w.Write(buf.Bytes())
-	case "/healthz":
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if !r.Running() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = w.Write([]byte("not running\n"))
-			return
-		}
-		_, _ = w.Write([]byte("ok\n"))
-	default:
-		http.NotFound(w, req)
-	}
+	r.handler.ServeHTTP(w, req)
 }
 
-// writeExposition writes the newest non-stale sample of every series of
-// each metric, grouped by metric with its HELP and TYPE lines. A metric
-// none of whose series has a value (every GPU off the bus) is left out
-// entirely. No timestamps: the scraper stamps samples with its scrape time,
-// as it does for dcgm-exporter, so a twin running faster or slower than the
-// wall clock is still accepted.
-func writeExposition(b *bytes.Buffer, tw *twin.Twin, metrics []string) {
+// gather builds the page under the lock; promhttp writes it after the
+// lock is released, so a slow client does not stall the twin.
+func (r *Runner) gather() []*dto.MetricFamily {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return families(r.tw, r.metrics)
+}
+
+// families returns the newest non-stale sample of every series of each
+// metric, grouped by metric with its help and type. A metric none of whose
+// series has a value (every GPU off the bus) is left out entirely. No
+// timestamps: the scraper stamps samples with its scrape time, as it does
+// for dcgm-exporter, so a twin running faster or slower than the wall
+// clock is still accepted.
+func families(tw *twin.Twin, metrics []string) []*dto.MetricFamily {
+	var b exposition.Builder
+	var kv []string
 	for _, m := range metrics {
-		header := false
+		f := describe(m)
+		b.Family(m, f.help, f.typ)
 		for _, s := range tw.Select(m) {
 			n := len(s.Samples)
 			if n == 0 || series.IsStale(s.Samples[n-1].V) {
 				continue
 			}
-			if !header {
-				f := describe(m)
-				textformat.WriteHeader(b, m, f.typ, f.help)
-				header = true
-			}
-			kv := make([]string, 0, 2*len(s.Labels))
+			kv = kv[:0]
 			for _, l := range s.Labels {
 				kv = append(kv, l.Name, l.Value)
 			}
-			textformat.WriteSample(b, m, textformat.Labels(kv...), s.Samples[n-1].V)
+			b.AddKV(s.Samples[n-1].V, kv...)
 		}
 	}
+	return b.Families()
 }

@@ -14,16 +14,16 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/prometheus/common/expfmt"
 	"go.uber.org/goleak"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/exposition"
 	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/series"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
-
-	"github.com/gpuchaos/gpuchaos/internal/textformat"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -60,8 +60,8 @@ func scrape(t *testing.T, h http.Handler) map[string]*expFamily {
 	if rec.Code != http.StatusOK {
 		t.Fatalf("GET /metrics: %d %s", rec.Code, rec.Body)
 	}
-	if ct := rec.Header().Get("Content-Type"); ct != ContentType {
-		t.Errorf("Content-Type %q, want %q", ct, ContentType)
+	if ct := rec.Header().Get("Content-Type"); ct != exposition.ContentType {
+		t.Errorf("Content-Type %q, want %q", ct, exposition.ContentType)
 	}
 	fams, _, err := parseExposition(rec.Body)
 	if err != nil {
@@ -216,10 +216,16 @@ func FuzzLabelRoundTrip(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, v string) {
-		page := "# HELP m h\n# TYPE m gauge\nm{l=\"" + textformat.EscapeLabel(v) + "\"} 1\n"
-		fams, _, err := parseExposition(strings.NewReader(page))
+		var b exposition.Builder
+		b.Family("m", "h", exposition.Gauge)
+		b.AddKV(1, "l", v)
+		var page strings.Builder
+		if _, err := expfmt.MetricFamilyToText(&page, b.Families()[0]); err != nil {
+			t.Fatal(err)
+		}
+		fams, _, err := parseExposition(strings.NewReader(page.String()))
 		if err != nil {
-			t.Fatalf("value %q: %v\n%s", v, err, page)
+			t.Fatalf("value %q: %v\n%s", v, err, page.String())
 		}
 		if got := fams["m"].samples[0].labels["l"]; got != v {
 			t.Fatalf("value %q read back as %q", v, got)
