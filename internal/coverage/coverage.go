@@ -185,6 +185,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 		Rules: []RuleReport{}, Suggestions: []Suggestion{},
 		WindowSeconds: opts.Window.Seconds(), DeadlineSeconds: opts.Deadline.Seconds(), RecoverySeconds: recoveryWindow.Seconds()}
 	r := &runner{opts: opts, optIn: append(slices.Clone(opts.OptIn), opts.Spec.Exporter.OptIn...), eng: promeval.NewEngine(promeval.DefaultInterval)}
+	r.builtin = builtinRules(res.Detectors)
 	if opts.Rules != nil {
 		r.rules = prepare(opts.Rules, r.optIn)
 		res.Detectors = append(res.Detectors, r.rules.cols...)
@@ -267,6 +268,10 @@ type runner struct {
 	// rules is opts.Rules prepared, nil without rules; optIn the counters
 	// the analysis counts on.
 	rules *ruleSet
+	// builtin holds the built-in detectors that are alerting rules, nil
+	// when there are none; the others (the kernel-log watcher) run as the
+	// engine's expectations.
+	builtin *ruleSet
 	optIn []string
 	// eng is one PromQL engine for every evaluation (safe for concurrent
 	// use).
@@ -301,9 +306,10 @@ func selectorFor(f *catalog.Fault, inv inventory.Inventory) v1alpha1.Selector {
 	return sel
 }
 
-// runFault runs one fault as an experiment on a fresh twin: the built-in
-// detectors as the engine's expectations when builtins is set, then set's
-// alert rules evaluated over the recorded series.
+// runFault runs one fault as an experiment on a fresh twin, then judges,
+// when builtins is set, the built-in detectors (the log watcher as the
+// engine's expectation, the rules evaluated over the recorded series), and
+// set's alert rules evaluated over the recorded series.
 func (r *runner) runFault(ctx context.Context, f *catalog.Fault, set *ruleSet, builtins bool) (*FaultResult, error) {
 	opts := r.opts
 	tw, err := newTwin(opts)
@@ -329,6 +335,9 @@ func (r *runner) runFault(ctx context.Context, f *catalog.Fault, set *ruleSet, b
 	}
 	if builtins {
 		for _, d := range opts.Detectors {
+			if d.AlertRule() != nil {
+				continue
+			}
 			exp.Spec.Expectations = append(exp.Spec.Expectations, v1alpha1.Expectation{
 				Detector: d.Name, Within: v1alpha1.Duration{Duration: opts.Deadline},
 			})
@@ -369,7 +378,14 @@ func (r *runner) runFault(ctx context.Context, f *catalog.Fault, set *ruleSet, b
 		}
 		fr.Cells[v.Name] = c
 	}
-	if set != nil {
+	sets := []*ruleSet{set}
+	if builtins {
+		sets = append(sets, r.builtin)
+	}
+	for _, set := range sets {
+		if set == nil {
+			continue
+		}
 		cells, err := ruleCells(ctx, r.eng, set, tw, start, rec, opts.Window, opts.Deadline, f.ID)
 		if err != nil {
 			return nil, fmt.Errorf("coverage of %s: %w", f.ID, err)
@@ -383,8 +399,8 @@ func (r *runner) runFault(ctx context.Context, f *catalog.Fault, set *ruleSet, b
 				}
 			}
 		}
-		slices.Sort(fr.By)
 	}
+	slices.Sort(fr.By)
 	return fr, nil
 }
 
@@ -422,9 +438,11 @@ func (r *runner) baseline(ctx context.Context) (Baseline, error) {
 	from := tw.Now()
 	job := jobName(tw.Inventory())
 	before, _ := tw.Job(job)
-	probes := make([]probe.Probe, len(opts.Detectors))
-	for i, d := range opts.Detectors {
-		probes[i] = d.Probe(tw)
+	var probes []probe.Probe
+	for _, d := range opts.Detectors {
+		if d.AlertRule() == nil {
+			probes = append(probes, d.Probe(tw))
+		}
 	}
 	fired := map[string]bool{}
 	end := tw.Now().Add(opts.Window + recoveryWindow)
@@ -435,7 +453,7 @@ func (r *runner) baseline(ctx context.Context) (Baseline, error) {
 				return Baseline{}, err
 			}
 			if obs.Holds {
-				fired[opts.Detectors[i].Name] = true
+				fired[probes[i].Name()] = true
 			}
 		}
 		if err := tw.Sleep(ctx, probe.EvalInterval); err != nil {
@@ -444,13 +462,16 @@ func (r *runner) baseline(ctx context.Context) (Baseline, error) {
 	}
 	after, _ := tw.Job(job)
 	b := Baseline{Job: impact(before, after, len(tw.Inventory().Jobs[0].Ranks)), FalsePositives: []string{}}
-	if r.rules != nil {
-		ruleFired, err := firingRules(ctx, r.eng, r.rules, tw, start, from)
+	for _, set := range []*ruleSet{r.builtin, r.rules} {
+		if set == nil {
+			continue
+		}
+		ruleFired, err := firingRules(ctx, r.eng, set, tw, start, from)
 		if err != nil {
 			return Baseline{}, err
 		}
-		for _, d := range r.cols {
-			if d.rule != nil && ruleFired[d.rule] {
+		for _, d := range set.cols {
+			if ruleFired[d.rule] {
 				fired[d.Name] = true
 			}
 		}
