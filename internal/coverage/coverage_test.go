@@ -3,6 +3,9 @@ package coverage_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 
@@ -14,6 +17,8 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata")
 
 func run(t testing.TB, opts coverage.Options) *coverage.Result {
 	t.Helper()
@@ -97,6 +102,7 @@ func TestCatalogueMatrix(t *testing.T) {
 			}
 		})
 	}
+	builtinGolden(t, res)
 	// NUMA misplacement is the silent kind: it slows the job, and no GPU
 	// metric rule notices.
 	for _, fr := range res.Faults {
@@ -142,5 +148,49 @@ func TestCancel(t *testing.T) {
 func BenchmarkDemo(b *testing.B) {
 	for b.Loop() {
 		run(b, coverage.Options{Seed: 1})
+	}
+}
+
+// builtinGolden pins every built-in detector's cell of the catalogue
+// (verdict and time to detect) to testdata/builtin-cells.golden, so that a
+// change to a detector's rule, to the PromQL evaluation or to the twin
+// shows as a diff of cells. Refresh with go test ./internal/coverage -run
+// TestCatalogueMatrix -update, and say in the commit why cells moved.
+func builtinGolden(t *testing.T, res *coverage.Result) {
+	t.Helper()
+	var b strings.Builder
+	b.WriteString("# fault detector verdict ttd_seconds (- when not detected); written by TestCatalogueMatrix -update\n")
+	for _, c := range res.Matrix {
+		ttd := "-"
+		if c.TTDSeconds != nil {
+			ttd = fmt.Sprintf("%g", *c.TTDSeconds)
+		}
+		fmt.Fprintf(&b, "%s %s %s %s\n", c.Fault, c.Detector, c.Verdict, ttd)
+	}
+	const file = "testdata/builtin-cells.golden"
+	if *update {
+		if err := os.MkdirAll("testdata", 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(file, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatalf("%v (run with -update to write it)", err)
+	}
+	got := strings.Split(b.String(), "\n")
+	for i, w := range strings.Split(string(want), "\n") {
+		if i >= len(got) {
+			t.Errorf("cell missing: %s", w)
+			continue
+		}
+		if got[i] != w {
+			t.Errorf("cell changed: %q, golden %q", got[i], w)
+		}
+	}
+	if n := len(strings.Split(string(want), "\n")); len(got) > n {
+		t.Errorf("%d cells more than the golden file", len(got)-n)
 	}
 }

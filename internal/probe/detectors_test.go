@@ -2,8 +2,11 @@ package probe_test
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -382,5 +385,60 @@ func TestProbesHonourContext(t *testing.T) {
 		if _, err := d.Probe(&fakeSource{now: now}).Observe(ctx); err == nil {
 			t.Errorf("%s: Observe with a cancelled context returned no error", name)
 		}
+	}
+}
+
+// TestDetectorRulesPromtool runs Prometheus' own checker on the built-in
+// detectors' rule file: it must load unchanged into Prometheus.
+// scripts/setup-prometheus installs promtool beside the server.
+func TestDetectorRulesPromtool(t *testing.T) {
+	t.Parallel()
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if _, err := os.Stat("/usr/bin/promtool"); err != nil {
+			t.Skip("promtool not installed (scripts/setup-prometheus installs it)")
+		}
+		promtool = "/usr/bin/promtool"
+	}
+	out, err := exec.Command(promtool, "check", "rules", "detectors.yaml").CombinedOutput()
+	if err != nil {
+		t.Fatalf("promtool check rules detectors.yaml: %v\n%s", err, out)
+	}
+	if want := strconv.Itoa(len(probe.DetectorRules().Rules)) + " rules found"; !strings.Contains(string(out), want) {
+		t.Errorf("promtool says %q, want %q", out, want)
+	}
+}
+
+// TestDetectorRules checks that every built-in detector but the log
+// watcher is its rule of detectors.yaml, shown as PromQL with its for:.
+func TestDetectorRules(t *testing.T) {
+	t.Parallel()
+	set := probe.DetectorRules()
+	n := 0
+	for _, d := range probe.Detectors() {
+		r := d.AlertRule()
+		if r == nil {
+			if d.Name != "kmsg-xid" {
+				t.Errorf("%s: no alerting rule", d.Name)
+			}
+			continue
+		}
+		n++
+		if r.Name != d.Name || !slices.Contains(set.Rules, r) || r.Interval != probe.EvalInterval {
+			t.Errorf("%s: rule %s (interval %s) is not its rule of the set", d.Name, r.Name, r.Interval)
+		}
+		if d.Rule != probe.RuleText(r) || !strings.HasPrefix(d.Rule, r.Expr) {
+			t.Errorf("%s: rule text %q, expression %q", d.Name, d.Rule, r.Expr)
+		}
+		if (r.For > 0) != strings.Contains(d.Rule, " for ") {
+			t.Errorf("%s: rule text %q, for %s", d.Name, d.Rule, r.For)
+		}
+	}
+	if n != len(set.Rules) {
+		t.Errorf("%d detectors are rules, the set has %d", n, len(set.Rules))
+	}
+	d, _ := probe.LookupDetector("dcgm-gpu-temp-high")
+	if want := "DCGM_FI_DEV_GPU_TEMP > 85 for 1m"; d.Rule != want {
+		t.Errorf("dcgm-gpu-temp-high rule text %q, want %q", d.Rule, want)
 	}
 }
