@@ -197,7 +197,7 @@ func TestRefusalsSayWhatToDo(t *testing.T) {
 		{"an endless cluster spec", []string{"demo", "--cluster", "/dev/zero"}, "--cluster: load cluster spec: /dev/zero: larger than the limit"},
 		{"a negative warm-up", []string{"run", "../../examples/thermal-throttle.yaml", "--warmup", "-5m"}, "--warmup: must not be negative, got -5m0s"},
 		{"a warm-up past the limit", []string{"run", "../../examples/thermal-throttle.yaml", "--warmup", "100000h"}, "--warmup: at most 24h0m0s, got 100000h0m0s"},
-		{"local experiment on the twin", []string{"run", "../../examples/local/sm-burn.yaml"}, `"burn" of exhaustion.sm-burn runs on target local or k8s, not twin: use --target local`},
+		{"local experiment on the twin", []string{"run", "../../examples/local/sm-burn.yaml"}, `"burn" of exhaustion.sm-burn runs on target local, not twin: use --target local, or leave the mechanism out to use twin's own (twin)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -249,33 +249,12 @@ func (e *Engine) Plan(ctx context.Context, exp *v1alpha1.Experiment) (*Plan, err
 	return plan, ctx.Err()
 }
 
-// mechanism picks the named mechanism, or else the first one that runs on
-// the target and is not hardware-risk (unless allowed): a risky mechanism is
-// only ever used when both named and allowed.
+// mechanism chooses the mechanism of f for the engine's target by the
+// catalogue's one rule (catalog.ChooseMechanism): a mechanism only planned
+// there fails wrapping catalog.ErrPlanned, and a risky one is used only
+// when allowed.
 func (e *Engine) mechanism(f *catalog.Fault, name string, allowRisk bool) (*catalog.Mechanism, error) {
-	tn := e.opts.Target.Name()
-	var names []string
-	for i := range f.Mechanisms {
-		m := &f.Mechanisms[i]
-		names = append(names, m.Name)
-		if !slices.Contains(m.Targets, tn) {
-			continue
-		}
-		if m.Name == name || name == "" && (m.Safety != catalog.SafetyHardwareRisk || allowRisk) {
-			return m, nil
-		}
-	}
-	if name == "" {
-		return nil, fmt.Errorf("%s has no mechanism for target %s", f.ID, tn)
-	}
-	for _, m := range f.Mechanisms {
-		if m.Name == name && len(m.Targets) > 0 {
-			// The mechanism exists, on other targets: the likely mistake
-			// is the target, not the file.
-			return nil, fmt.Errorf("%q of %s runs on target %s, not %s: use --target %s, or leave the mechanism out to use %s's own", name, f.ID, strings.Join(m.Targets, " or "), tn, m.Targets[0], tn)
-		}
-	}
-	return nil, fmt.Errorf("%q is not a mechanism of %s (mechanisms: %s)", name, f.ID, strings.Join(names, ", "))
+	return catalog.ChooseMechanism(f, name, e.opts.Target.Name(), allowRisk)
 }
 
 func refKey(r inventory.Ref) string {

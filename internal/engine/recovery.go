@@ -137,18 +137,10 @@ func recoverEntry(ctx context.Context, t Recoverer, e ledger.Entry) error {
 	if !ok {
 		return fmt.Errorf("fault %s is not in the catalogue", e.Fault)
 	}
-	var mech *catalog.Mechanism
-	for i := range f.Mechanisms {
-		if f.Mechanisms[i].Name == e.Mechanism {
-			mech = &f.Mechanisms[i]
-		}
-	}
-	if mech == nil {
-		names := make([]string, 0, len(f.Mechanisms))
-		for _, m := range f.Mechanisms {
-			names = append(names, m.Name)
-		}
-		return fmt.Errorf("%s has no mechanism %s (mechanisms: %s)", e.Fault, e.Mechanism, strings.Join(names, ", "))
+	// What was injected is recovered whatever its risk.
+	mech, err := catalog.ChooseMechanism(f, e.Mechanism, t.Name(), true)
+	if err != nil {
+		return err
 	}
 	inj, err := t.Injector(f, mech)
 	if err != nil {
