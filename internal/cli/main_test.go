@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/gpuchaos/gpuchaos/internal/netfault/netnstest"
+	"github.com/gpuchaos/gpuchaos/internal/trafficctl/netnstest"
 )
 
 // mainArgsEnv, set in a re-executed test binary's environment to a JSON

@@ -16,9 +16,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/gpuchaos/gpuchaos/internal/netfault"
-	nt "github.com/gpuchaos/gpuchaos/internal/netfault/netnstest"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/trafficctl"
+	nt "github.com/gpuchaos/gpuchaos/internal/trafficctl/netnstest"
 )
 
 // partitionExperiment cuts the fixture's namespace off for a minute,
@@ -57,10 +57,10 @@ spec:
 // killedMidFault runs gpuchaos run on the partition experiment in a child
 // process, waits until the partition is in, and SIGKILLs it: a run that
 // left its fault behind, in the ledger at ledgerPath.
-func killedMidFault(t *testing.T, f *nt.Fixture, ledgerPath string) netfault.Snapshot {
+func killedMidFault(t *testing.T, f *nt.Fixture, ledgerPath string) trafficctl.Snapshot {
 	t.Helper()
-	tgt := netfault.Target{PID: f.PID, Interface: nt.IfA}
-	before, err := netfault.Take(t.Context(), tgt)
+	tgt := trafficctl.Target{PID: f.PID, Interface: nt.IfA}
+	before, err := trafficctl.Take(t.Context(), tgt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func killedMidFault(t *testing.T, f *nt.Fixture, ledgerPath string) netfault.Sna
 	go func() { _ = cmd.Wait(); close(exited) }()
 	deadline := time.After(60 * time.Second)
 	for {
-		s, err := netfault.Take(t.Context(), tgt)
+		s, err := trafficctl.Take(t.Context(), tgt)
 		if err == nil && !s.Equal(before) {
 			break
 		}
@@ -185,7 +185,7 @@ func TestRunRecoversBeforeListingGPUs(t *testing.T) {
 	if code != 1 || !strings.Contains(out.String(), "MISSED") {
 		t.Errorf("run exited %d, want 1 with its never-matching expectation missed:\n%s%s", code, out.String(), errb.String())
 	}
-	after, err := netfault.Take(context.Background(), netfault.Target{PID: f.PID, Interface: nt.IfA})
+	after, err := trafficctl.Take(context.Background(), trafficctl.Target{PID: f.PID, Interface: nt.IfA})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func hostname(t *testing.T) string {
 
 // snapshotThrough takes the fixture interface's snapshot in ns through a
 // process started in it, since the one the fault was found through is dead.
-func snapshotThrough(t *testing.T, ns netns.NsHandle) netfault.Snapshot {
+func snapshotThrough(t *testing.T, ns netns.NsHandle) trafficctl.Snapshot {
 	t.Helper()
 	pid, kill := nt.StartSleeper(t, ns)
 	defer kill()
@@ -214,7 +214,7 @@ func snapshotThrough(t *testing.T, ns netns.NsHandle) netfault.Snapshot {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	s, err := netfault.Take(t.Context(), netfault.Target{PID: pid, Interface: nt.IfA})
+	s, err := trafficctl.Take(t.Context(), trafficctl.Target{PID: pid, Interface: nt.IfA})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,8 +228,8 @@ func snapshotThrough(t *testing.T, ns netns.NsHandle) netfault.Snapshot {
 func TestRunEndingWithPendingNamesThem(t *testing.T) {
 	f := nt.New(t, nt.Options{})
 	ledgerPath := filepath.Join(t.TempDir(), "ledger.jsonl")
-	tgt := netfault.Target{PID: f.PID, Interface: nt.IfA}
-	before, err := netfault.Take(t.Context(), tgt)
+	tgt := trafficctl.Target{PID: f.PID, Interface: nt.IfA}
+	before, err := trafficctl.Take(t.Context(), tgt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestRunEndingWithPendingNamesThem(t *testing.T) {
 	go func() {
 		defer close(vanished)
 		for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-			if s, err := netfault.Take(context.Background(), tgt); err == nil && !s.Equal(before) {
+			if s, err := trafficctl.Take(context.Background(), tgt); err == nil && !s.Equal(before) {
 				f.Vanish()
 				return
 			}

@@ -1,4 +1,4 @@
-// Package netfault disturbs one network interface in any network namespace
+// Package trafficctl disturbs one network interface in any network namespace
 // and undoes exactly what it did: a token-bucket rate limit (tbf as the
 // root qdisc), packet drops by direct-action cls_bpf programs on a clsact
 // qdisc (random loss, an IPv4 partition by prefix and port, a port-range
@@ -24,4 +24,4 @@
 // partition and port programs parse IPv4 over Ethernet only, so IPv6
 // packets, VLAN-tagged frames and non-first fragments (when a port is
 // matched) pass unchanged.
-package netfault
+package trafficctl

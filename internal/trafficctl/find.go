@@ -1,4 +1,4 @@
-package netfault
+package trafficctl
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package netfault_test
+package trafficctl_test
 
 import (
 	"context"
@@ -22,8 +22,8 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuchaos/gpuchaos/internal/netfault"
-	nt "github.com/gpuchaos/gpuchaos/internal/netfault/netnstest"
+	"github.com/gpuchaos/gpuchaos/internal/trafficctl"
+	nt "github.com/gpuchaos/gpuchaos/internal/trafficctl/netnstest"
 )
 
 func TestMain(m *testing.M) {
@@ -35,22 +35,22 @@ func TestMain(m *testing.M) {
 
 // fixture builds the namespaces (skipping when the kernel lacks what the
 // faults need) and names A's veth end in the sleeper's namespace.
-func fixture(t testing.TB, o nt.Options) (*nt.Fixture, netfault.Target) {
+func fixture(t testing.TB, o nt.Options) (*nt.Fixture, trafficctl.Target) {
 	t.Helper()
 	f := nt.New(t, o)
-	return f, netfault.Target{PID: f.PID, Interface: nt.IfA}
+	return f, trafficctl.Target{PID: f.PID, Interface: nt.IfA}
 }
 
-func take(t testing.TB, tgt netfault.Target) netfault.Snapshot {
+func take(t testing.TB, tgt trafficctl.Target) trafficctl.Snapshot {
 	t.Helper()
-	s, err := netfault.Take(context.Background(), tgt)
+	s, err := trafficctl.Take(context.Background(), tgt)
 	if err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
 	return s
 }
 
-func mustEqual(t *testing.T, what string, got, want netfault.Snapshot) {
+func mustEqual(t *testing.T, what string, got, want trafficctl.Snapshot) {
 	t.Helper()
 	if !got.Equal(want) {
 		g, _ := json.Marshal(got)
@@ -69,20 +69,20 @@ func TestResolve(t *testing.T) {
 	bPID, _ := nt.StartSleeper(t, f.B.Handle)
 	tests := []struct {
 		name    string
-		tgt     netfault.Target
+		tgt     trafficctl.Target
 		wantIf  string
 		wantErr string
 	}{
-		{name: "by name", tgt: netfault.Target{PID: f.PID, Interface: nt.IfA}, wantIf: nt.IfA},
-		{name: "default route", tgt: netfault.Target{PID: f.PID}, wantIf: nt.IfA},
-		{name: "no default route", tgt: netfault.Target{PID: bPID}, wantErr: "no default route"},
-		{name: "unknown interface", tgt: netfault.Target{PID: f.PID, Interface: "nope0"}, wantErr: `no interface "nope0"`},
-		{name: "no such pid", tgt: netfault.Target{PID: gone.Process.Pid, Interface: nt.IfA}, wantErr: "no such process"},
-		{name: "negative pid", tgt: netfault.Target{PID: -4, Interface: nt.IfA}, wantErr: "negative"},
+		{name: "by name", tgt: trafficctl.Target{PID: f.PID, Interface: nt.IfA}, wantIf: nt.IfA},
+		{name: "default route", tgt: trafficctl.Target{PID: f.PID}, wantIf: nt.IfA},
+		{name: "no default route", tgt: trafficctl.Target{PID: bPID}, wantErr: "no default route"},
+		{name: "unknown interface", tgt: trafficctl.Target{PID: f.PID, Interface: "nope0"}, wantErr: `no interface "nope0"`},
+		{name: "no such pid", tgt: trafficctl.Target{PID: gone.Process.Pid, Interface: nt.IfA}, wantErr: "no such process"},
+		{name: "negative pid", tgt: trafficctl.Target{PID: -4, Interface: nt.IfA}, wantErr: "negative"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := netfault.Take(context.Background(), tc.tgt)
+			s, err := trafficctl.Take(context.Background(), tc.tgt)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
@@ -108,44 +108,44 @@ func TestResolve(t *testing.T) {
 func TestPlanRejectsBadInput(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	tgt := netfault.Target{PID: 0, Interface: "lo"}
-	egress := []netfault.Hook{netfault.Egress}
-	pfx := func(s string) *netfault.Match { return &netfault.Match{Prefix: netip.MustParsePrefix(s)} }
+	tgt := trafficctl.Target{PID: 0, Interface: "lo"}
+	egress := []trafficctl.Hook{trafficctl.Egress}
+	pfx := func(s string) *trafficctl.Match { return &trafficctl.Match{Prefix: netip.MustParsePrefix(s)} }
 	tests := []struct {
 		name string
-		plan func() (*netfault.Change, error)
+		plan func() (*trafficctl.Change, error)
 		want string
 	}{
-		{"probability above 1", func() (*netfault.Change, error) {
-			return netfault.PlanDrop(ctx, tgt, egress, netfault.Drop{Probability: 1.5})
+		{"probability above 1", func() (*trafficctl.Change, error) {
+			return trafficctl.PlanDrop(ctx, tgt, egress, trafficctl.Drop{Probability: 1.5})
 		}, "outside [0, 1]"},
-		{"probability below 0", func() (*netfault.Change, error) {
-			return netfault.PlanDrop(ctx, tgt, egress, netfault.Drop{Probability: -0.1})
+		{"probability below 0", func() (*trafficctl.Change, error) {
+			return trafficctl.PlanDrop(ctx, tgt, egress, trafficctl.Drop{Probability: -0.1})
 		}, "outside [0, 1]"},
-		{"probability NaN", func() (*netfault.Change, error) {
-			return netfault.PlanDrop(ctx, tgt, egress, netfault.Drop{Probability: math.NaN()})
+		{"probability NaN", func() (*trafficctl.Change, error) {
+			return trafficctl.PlanDrop(ctx, tgt, egress, trafficctl.Drop{Probability: math.NaN()})
 		}, "outside [0, 1]"},
-		{"bad CIDR", func() (*netfault.Change, error) {
-			return netfault.PlanDrop(ctx, tgt, egress, netfault.Drop{Probability: 1, Match: &netfault.Match{}})
+		{"bad CIDR", func() (*trafficctl.Change, error) {
+			return trafficctl.PlanDrop(ctx, tgt, egress, trafficctl.Drop{Probability: 1, Match: &trafficctl.Match{}})
 		}, "not a valid CIDR"},
-		{"IPv6 CIDR", func() (*netfault.Change, error) {
-			return netfault.PlanDrop(ctx, tgt, egress, netfault.Drop{Probability: 1, Match: pfx("fd00::/8")})
+		{"IPv6 CIDR", func() (*trafficctl.Change, error) {
+			return trafficctl.PlanDrop(ctx, tgt, egress, trafficctl.Drop{Probability: 1, Match: pfx("fd00::/8")})
 		}, "not IPv4"},
-		{"empty port range", func() (*netfault.Change, error) {
-			return netfault.PlanDrop(ctx, tgt, egress, netfault.Drop{Probability: 1,
-				Match: &netfault.Match{Prefix: netip.MustParsePrefix("0.0.0.0/0"), PortMin: 9, PortMax: 8}})
+		{"empty port range", func() (*trafficctl.Change, error) {
+			return trafficctl.PlanDrop(ctx, tgt, egress, trafficctl.Drop{Probability: 1,
+				Match: &trafficctl.Match{Prefix: netip.MustParsePrefix("0.0.0.0/0"), PortMin: 9, PortMax: 8}})
 		}, "is empty"},
-		{"no hook", func() (*netfault.Change, error) { return netfault.PlanDrop(ctx, tgt, nil, netfault.Drop{}) }, "no hook"},
-		{"unknown hook", func() (*netfault.Change, error) {
-			return netfault.PlanDrop(ctx, tgt, []netfault.Hook{"sideways"}, netfault.Drop{})
+		{"no hook", func() (*trafficctl.Change, error) { return trafficctl.PlanDrop(ctx, tgt, nil, trafficctl.Drop{}) }, "no hook"},
+		{"unknown hook", func() (*trafficctl.Change, error) {
+			return trafficctl.PlanDrop(ctx, tgt, []trafficctl.Hook{"sideways"}, trafficctl.Drop{})
 		}, "want egress or ingress"},
-		{"hook twice", func() (*netfault.Change, error) {
-			return netfault.PlanDrop(ctx, tgt, []netfault.Hook{netfault.Egress, netfault.Egress}, netfault.Drop{})
+		{"hook twice", func() (*trafficctl.Change, error) {
+			return trafficctl.PlanDrop(ctx, tgt, []trafficctl.Hook{trafficctl.Egress, trafficctl.Egress}, trafficctl.Drop{})
 		}, "named twice"},
-		{"rate 0", func() (*netfault.Change, error) { return netfault.PlanRateLimit(ctx, tgt, 0) }, "0 bytes/s"},
-		{"netem loss above 1", func() (*netfault.Change, error) { return netfault.PlanNetem(ctx, tgt, 0, 2) }, "outside [0, 1]"},
-		{"netem nothing", func() (*netfault.Change, error) { return netfault.PlanNetem(ctx, tgt, 0, 0) }, "does nothing"},
-		{"netem negative delay", func() (*netfault.Change, error) { return netfault.PlanNetem(ctx, tgt, -time.Second, 0) }, "outside"},
+		{"rate 0", func() (*trafficctl.Change, error) { return trafficctl.PlanRateLimit(ctx, tgt, 0) }, "0 bytes/s"},
+		{"netem loss above 1", func() (*trafficctl.Change, error) { return trafficctl.PlanNetem(ctx, tgt, 0, 2) }, "outside [0, 1]"},
+		{"netem nothing", func() (*trafficctl.Change, error) { return trafficctl.PlanNetem(ctx, tgt, 0, 0) }, "does nothing"},
+		{"netem negative delay", func() (*trafficctl.Change, error) { return trafficctl.PlanNetem(ctx, tgt, -time.Second, 0) }, "outside"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -234,7 +234,7 @@ func TestRateLimit(t *testing.T) {
 	for _, mbit := range []float64{10, 50} {
 		t.Run(fmt.Sprintf("%.0f Mbit/s", mbit), func(t *testing.T) {
 			rate := uint64(mbit * 1e6 / 8)
-			ch, err := netfault.PlanRateLimit(ctx, tgt, rate)
+			ch, err := trafficctl.PlanRateLimit(ctx, tgt, rate)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -275,7 +275,7 @@ func BenchmarkRateLimit(b *testing.B) {
 	for _, mbit := range []float64{10, 50} {
 		b.Run(fmt.Sprintf("%.0fMbit", mbit), func(b *testing.B) {
 			rate := uint64(mbit * 1e6 / 8)
-			ch, err := netfault.PlanRateLimit(ctx, tgt, rate)
+			ch, err := trafficctl.PlanRateLimit(ctx, tgt, rate)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -398,7 +398,7 @@ func TestLoss(t *testing.T) {
 	dst := net.JoinHostPort(nt.AddrB, "7100")
 	for _, p := range []float64{0, 0.10, 0.50, 1} {
 		t.Run(fmt.Sprintf("p=%.2f", p), func(t *testing.T) {
-			ch, err := netfault.PlanDrop(ctx, tgt, []netfault.Hook{netfault.Egress}, netfault.Drop{Probability: p})
+			ch, err := trafficctl.PlanDrop(ctx, tgt, []trafficctl.Hook{trafficctl.Egress}, trafficctl.Drop{Probability: p})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -475,9 +475,9 @@ func TestPartition(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			ch, err := netfault.PlanDrop(ctx, tgt, []netfault.Hook{netfault.Egress, netfault.Ingress}, netfault.Drop{
+			ch, err := trafficctl.PlanDrop(ctx, tgt, []trafficctl.Hook{trafficctl.Egress, trafficctl.Ingress}, trafficctl.Drop{
 				Probability: 1,
-				Match:       &netfault.Match{Prefix: netip.MustParsePrefix(tc.cidr), PortMin: tc.port, PortMax: tc.port},
+				Match:       &trafficctl.Match{Prefix: netip.MustParsePrefix(tc.cidr), PortMin: tc.port, PortMax: tc.port},
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -546,18 +546,18 @@ func TestUndoRestoresExactly(t *testing.T) {
 	}
 	mechanisms := []struct {
 		name string
-		plan func(netfault.Target) (*netfault.Change, error)
+		plan func(trafficctl.Target) (*trafficctl.Change, error)
 	}{
-		{"tbf", func(tg netfault.Target) (*netfault.Change, error) { return netfault.PlanRateLimit(ctx, tg, 1e6) }},
-		{"loss", func(tg netfault.Target) (*netfault.Change, error) {
-			return netfault.PlanDrop(ctx, tg, []netfault.Hook{netfault.Egress}, netfault.Drop{Probability: 0.3})
+		{"tbf", func(tg trafficctl.Target) (*trafficctl.Change, error) { return trafficctl.PlanRateLimit(ctx, tg, 1e6) }},
+		{"loss", func(tg trafficctl.Target) (*trafficctl.Change, error) {
+			return trafficctl.PlanDrop(ctx, tg, []trafficctl.Hook{trafficctl.Egress}, trafficctl.Drop{Probability: 0.3})
 		}},
-		{"partition", func(tg netfault.Target) (*netfault.Change, error) {
-			return netfault.PlanDrop(ctx, tg, []netfault.Hook{netfault.Egress, netfault.Ingress}, netfault.Drop{Probability: 1,
-				Match: &netfault.Match{Prefix: netip.MustParsePrefix("10.201.0.2/32"), PortMin: 1, PortMax: 1}})
+		{"partition", func(tg trafficctl.Target) (*trafficctl.Change, error) {
+			return trafficctl.PlanDrop(ctx, tg, []trafficctl.Hook{trafficctl.Egress, trafficctl.Ingress}, trafficctl.Drop{Probability: 1,
+				Match: &trafficctl.Match{Prefix: netip.MustParsePrefix("10.201.0.2/32"), PortMin: 1, PortMax: 1}})
 		}},
-		{"netem", func(tg netfault.Target) (*netfault.Change, error) {
-			return netfault.PlanNetem(ctx, tg, 5*time.Millisecond, 0)
+		{"netem", func(tg trafficctl.Target) (*trafficctl.Change, error) {
+			return trafficctl.PlanNetem(ctx, tg, 5*time.Millisecond, 0)
 		}},
 	}
 	for _, s := range setups {
@@ -575,7 +575,7 @@ func TestUndoRestoresExactly(t *testing.T) {
 				// A round trip through JSON is what a fresh process sees.
 				ch = roundTrip(t, ch)
 				err = ch.Apply(ctx)
-				if m.name == "netem" && errors.Is(err, netfault.ErrKernelFeature) {
+				if m.name == "netem" && errors.Is(err, trafficctl.ErrKernelFeature) {
 					if !strings.Contains(err.Error(), "sch_netem") || !strings.Contains(err.Error(), "CONFIG_NET_SCH_NETEM") {
 						t.Fatalf("netem: error %q does not name sch_netem and its config option", err)
 					}
@@ -606,20 +606,20 @@ func TestPlanRefusesWhatCannotBeRestored(t *testing.T) {
 		l := f.A.Link(t, nt.IfA)
 		mustDo(t, f.A.Netlink.QdiscReplace(netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: l.Attrs().Index,
 			Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT})))
-		_, err := netfault.PlanRateLimit(ctx, tgt, 1e6)
+		_, err := trafficctl.PlanRateLimit(ctx, tgt, 1e6)
 		if err == nil || !strings.Contains(err.Error(), "cannot be re-created") {
 			t.Fatalf("error %v, want one saying htb cannot be re-created", err)
 		}
 	})
 	t.Run("ours already", func(t *testing.T) {
 		_, tgt := fixture(t, nt.Options{})
-		ch, err := netfault.PlanRateLimit(ctx, tgt, 1e6)
+		ch, err := trafficctl.PlanRateLimit(ctx, tgt, 1e6)
 		if err != nil {
 			t.Fatal(err)
 		}
 		mustDo(t, ch.Apply(ctx))
 		defer func() { mustDo(t, ch.Undo(ctx)) }()
-		if _, err := netfault.PlanRateLimit(ctx, tgt, 2e6); err == nil || !strings.Contains(err.Error(), "another fault") {
+		if _, err := trafficctl.PlanRateLimit(ctx, tgt, 2e6); err == nil || !strings.Contains(err.Error(), "another fault") {
 			t.Fatalf("error %v, want one saying another fault is in effect", err)
 		}
 	})
@@ -629,7 +629,7 @@ func TestPlanRefusesWhatCannotBeRestored(t *testing.T) {
 		ingress := &netlink.Ingress{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index,
 			Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_INGRESS}}
 		mustDo(t, f.A.Netlink.QdiscAdd(ingress))
-		_, err := netfault.PlanDrop(ctx, tgt, []netfault.Hook{netfault.Egress}, netfault.Drop{Probability: 1})
+		_, err := trafficctl.PlanDrop(ctx, tgt, []trafficctl.Hook{trafficctl.Egress}, trafficctl.Drop{Probability: 1})
 		if err == nil || !strings.Contains(err.Error(), "ingress qdisc") {
 			t.Fatalf("error %v, want one naming the ingress qdisc", err)
 		}
@@ -639,7 +639,7 @@ func TestPlanRefusesWhatCannotBeRestored(t *testing.T) {
 func TestCancelledContext(t *testing.T) {
 	_, tgt := fixture(t, nt.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
-	ch, err := netfault.PlanRateLimit(context.Background(), tgt, 1e6)
+	ch, err := trafficctl.PlanRateLimit(context.Background(), tgt, 1e6)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -649,18 +649,18 @@ func TestCancelledContext(t *testing.T) {
 		t.Fatalf("apply with a cancelled context: %v, want context.Canceled", err)
 	}
 	mustEqual(t, "after a cancelled apply", take(t, tgt), before)
-	if _, err := netfault.PlanRateLimit(ctx, tgt, 1e6); !errors.Is(err, context.Canceled) {
+	if _, err := trafficctl.PlanRateLimit(ctx, tgt, 1e6); !errors.Is(err, context.Canceled) {
 		t.Fatalf("plan with a cancelled context: %v, want context.Canceled", err)
 	}
 }
 
-func roundTrip(t *testing.T, ch *netfault.Change) *netfault.Change {
+func roundTrip(t *testing.T, ch *trafficctl.Change) *trafficctl.Change {
 	t.Helper()
 	b, err := json.Marshal(ch)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out netfault.Change
+	var out trafficctl.Change
 	if err := json.Unmarshal(b, &out); err != nil {
 		t.Fatal(err)
 	}
@@ -679,12 +679,12 @@ func FuzzHandleText(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		var h netfault.Handle
+		var h trafficctl.Handle
 		if err := h.UnmarshalText([]byte(s)); err != nil {
 			return
 		}
 		b, _ := h.MarshalText()
-		var again netfault.Handle
+		var again trafficctl.Handle
 		if err := again.UnmarshalText(b); err != nil || again != h {
 			t.Fatalf("%q parsed to %s, which reads back as %s (%v)", s, h, again, err)
 		}
@@ -701,12 +701,14 @@ func TestUndoFindsTheNamespaceWhereverItLives(t *testing.T) {
 	ctx := context.Background()
 	kinds := []struct {
 		name string
-		plan func(netfault.Target) (*netfault.Change, error)
+		plan func(trafficctl.Target) (*trafficctl.Change, error)
 	}{
-		{"partition", func(tgt netfault.Target) (*netfault.Change, error) {
-			return netfault.PlanDrop(ctx, tgt, []netfault.Hook{netfault.Egress, netfault.Ingress}, netfault.Drop{Probability: 1})
+		{"partition", func(tgt trafficctl.Target) (*trafficctl.Change, error) {
+			return trafficctl.PlanDrop(ctx, tgt, []trafficctl.Hook{trafficctl.Egress, trafficctl.Ingress}, trafficctl.Drop{Probability: 1})
 		}},
-		{"rate-limit", func(tgt netfault.Target) (*netfault.Change, error) { return netfault.PlanRateLimit(ctx, tgt, 1e7) }},
+		{"rate-limit", func(tgt trafficctl.Target) (*trafficctl.Change, error) {
+			return trafficctl.PlanRateLimit(ctx, tgt, 1e7)
+		}},
 	}
 	// Each way leaves the namespace (or not) and returns a handle to look
 	// into it afterwards, or -1 when it must be gone.
@@ -775,13 +777,13 @@ func TestUndoFindsTheNamespaceWhereverItLives(t *testing.T) {
 				ns := w.vanish(t, f)
 				err = ch.Undo(ctx)
 				if hidden := nt.HiddenProcesses(t); w.unproven && len(hidden) > 0 {
-					if !errors.Is(err, netfault.ErrUnproven) || errors.Is(err, netfault.ErrGone) || !strings.Contains(err.Error(), hidden[0]) {
+					if !errors.Is(err, trafficctl.ErrUnproven) || errors.Is(err, trafficctl.ErrGone) || !strings.Contains(err.Error(), hidden[0]) {
 						t.Fatalf("undo with %v out of sight: %v, want ErrUnproven naming %s", hidden, err, hidden[0])
 					}
 					return
 				}
 				if w.wantErr != "" {
-					if !errors.Is(err, netfault.ErrGone) || !strings.Contains(err.Error(), w.wantErr) {
+					if !errors.Is(err, trafficctl.ErrGone) || !strings.Contains(err.Error(), w.wantErr) {
 						t.Fatalf("undo: %v, want ErrGone saying %q", err, w.wantErr)
 					}
 					return
@@ -836,7 +838,7 @@ func holdDescriptor(t *testing.T, ns netns.NsHandle) int {
 
 // snapshotIn takes the snapshot of the fixture's interface in ns through a
 // process started in it (the one the change was planned through is dead).
-func snapshotIn(t *testing.T, ns netns.NsHandle) netfault.Snapshot {
+func snapshotIn(t *testing.T, ns netns.NsHandle) trafficctl.Snapshot {
 	t.Helper()
 	pid, kill := nt.StartSleeper(t, ns)
 	defer kill()
@@ -851,9 +853,9 @@ func snapshotIn(t *testing.T, ns netns.NsHandle) netfault.Snapshot {
 	}
 	for _, l := range links {
 		if l.Type() == "veth" {
-			return take(t, netfault.Target{PID: pid, Interface: l.Attrs().Name})
+			return take(t, trafficctl.Target{PID: pid, Interface: l.Attrs().Name})
 		}
 	}
 	t.Fatal("no veth left in the namespace")
-	return netfault.Snapshot{}
+	return trafficctl.Snapshot{}
 }

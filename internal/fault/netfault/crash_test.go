@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault/netfault"
-	nf "github.com/gpuchaos/gpuchaos/internal/netfault"
-	nt "github.com/gpuchaos/gpuchaos/internal/netfault/netnstest"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
+	nf "github.com/gpuchaos/gpuchaos/internal/trafficctl"
+	nt "github.com/gpuchaos/gpuchaos/internal/trafficctl/netnstest"
 )
 
 // spawnedEnv makes the test binary run TestCrashHelper as a child that a

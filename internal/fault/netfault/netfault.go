@@ -17,7 +17,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	nf "github.com/gpuchaos/gpuchaos/internal/netfault"
+	nf "github.com/gpuchaos/gpuchaos/internal/trafficctl"
 )
 
 // planner turns a fault's resolved values into a planned change.

@@ -23,9 +23,9 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/netfault"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	nf "github.com/gpuchaos/gpuchaos/internal/netfault"
-	nt "github.com/gpuchaos/gpuchaos/internal/netfault/netnstest"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
+	nf "github.com/gpuchaos/gpuchaos/internal/trafficctl"
+	nt "github.com/gpuchaos/gpuchaos/internal/trafficctl/netnstest"
 )
 
 // childEnv makes the test binary a run that injects and waits to be killed;

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	nf "github.com/gpuchaos/gpuchaos/internal/netfault"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
+	nf "github.com/gpuchaos/gpuchaos/internal/trafficctl"
 )
 
 // spawnedEnv makes the test binary a crash child that a testutil.Spawner

@@ -21,8 +21,8 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
 	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
-	nf "github.com/gpuchaos/gpuchaos/internal/netfault"
-	nt "github.com/gpuchaos/gpuchaos/internal/netfault/netnstest"
+	nf "github.com/gpuchaos/gpuchaos/internal/trafficctl"
+	nt "github.com/gpuchaos/gpuchaos/internal/trafficctl/netnstest"
 )
 
 // requireSSHFSEnv, set (as scripts/test does), turns a missing sshfs or

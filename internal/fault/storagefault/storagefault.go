@@ -18,8 +18,8 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
-	nf "github.com/gpuchaos/gpuchaos/internal/netfault"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	nf "github.com/gpuchaos/gpuchaos/internal/trafficctl"
 )
 
 // FaultID is the one fault this package injects, through MechanismBPF.

@@ -21,7 +21,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
-	nt "github.com/gpuchaos/gpuchaos/internal/netfault/netnstest"
+	nt "github.com/gpuchaos/gpuchaos/internal/trafficctl/netnstest"
 )
 
 func TestMain(m *testing.M) {

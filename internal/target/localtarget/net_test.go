@@ -12,8 +12,8 @@ import (
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/fault/procfault"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
-	"github.com/gpuchaos/gpuchaos/internal/netfault"
-	"github.com/gpuchaos/gpuchaos/internal/netfault/netnstest"
+	"github.com/gpuchaos/gpuchaos/internal/trafficctl"
+	"github.com/gpuchaos/gpuchaos/internal/trafficctl/netnstest"
 )
 
 func TestMain(m *testing.M) {
@@ -36,8 +36,8 @@ func TestLocalTargetNetworkFault(t *testing.T) {
 	needKmsg(t)
 	f := netnstest.New(t, netnstest.Options{})
 	ctx := t.Context()
-	tgt := netfault.Target{PID: f.PID, Interface: netnstest.IfA}
-	before, err := netfault.Take(ctx, tgt)
+	tgt := trafficctl.Target{PID: f.PID, Interface: netnstest.IfA}
+	before, err := trafficctl.Take(ctx, tgt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,14 +76,14 @@ spec:
 	defer l.Close()
 	var (
 		mu      sync.Mutex
-		during  netfault.Snapshot
+		during  trafficctl.Snapshot
 		snapErr error
 	)
 	eng := New(Options{Target: lt, Ledger: l, PollInterval: 250 * time.Millisecond, RecoveryWindow: -1,
 		OnEvent: func(ev Event) {
 			if ev.Kind == "inject" {
 				mu.Lock()
-				during, snapErr = netfault.Take(ctx, tgt)
+				during, snapErr = trafficctl.Take(ctx, tgt)
 				mu.Unlock()
 			}
 		}})
@@ -102,7 +102,7 @@ spec:
 	if during.Equal(before) {
 		t.Errorf("the interface looked the same while the fault was injected:\n%+v", during)
 	}
-	after, err := netfault.Take(ctx, tgt)
+	after, err := trafficctl.Take(ctx, tgt)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -31,7 +31,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuchaos/gpuchaos/internal/netfault"
+	"github.com/gpuchaos/gpuchaos/internal/trafficctl"
 )
 
 // The fixture's addresses: A on one end of the veth, B and B2 on the other.
@@ -171,11 +171,11 @@ func New(t testing.TB, o Options) *Fixture {
 func requireFaults(t testing.TB, f *Fixture) {
 	t.Helper()
 	ctx := context.Background()
-	tgt := netfault.Target{PID: f.PID, Interface: IfA}
-	plans := []func() (*netfault.Change, error){
-		func() (*netfault.Change, error) { return netfault.PlanRateLimit(ctx, tgt, 1e6) },
-		func() (*netfault.Change, error) {
-			return netfault.PlanDrop(ctx, tgt, []netfault.Hook{netfault.Egress}, netfault.Drop{Probability: 0})
+	tgt := trafficctl.Target{PID: f.PID, Interface: IfA}
+	plans := []func() (*trafficctl.Change, error){
+		func() (*trafficctl.Change, error) { return trafficctl.PlanRateLimit(ctx, tgt, 1e6) },
+		func() (*trafficctl.Change, error) {
+			return trafficctl.PlanDrop(ctx, tgt, []trafficctl.Hook{trafficctl.Egress}, trafficctl.Drop{Probability: 0})
 		},
 	}
 	for _, plan := range plans {
@@ -183,7 +183,7 @@ func requireFaults(t testing.TB, f *Fixture) {
 		if err != nil {
 			t.Fatalf("plan a probe change: %v", err)
 		}
-		if err := ch.Apply(ctx); errors.Is(err, netfault.ErrKernelFeature) || errors.Is(err, unix.EPERM) {
+		if err := ch.Apply(ctx); errors.Is(err, trafficctl.ErrKernelFeature) || errors.Is(err, unix.EPERM) {
 			t.Skipf("the kernel cannot run the network faults here: %v", err)
 		} else if err != nil {
 			t.Fatalf("apply probe change %s: %v", ch, err)
