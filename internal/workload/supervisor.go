@@ -20,9 +20,11 @@ import (
 	"syscall"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/gpuchaos/gpuchaos/internal/exposition"
 	"github.com/gpuchaos/gpuchaos/internal/launch"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
-	"github.com/gpuchaos/gpuchaos/internal/textformat"
 )
 
 // Defaults of Options' zero values.
@@ -549,25 +551,22 @@ func (s *supervisor) serveMetrics(addr string) (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("workload: serve metrics: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+	h := exposition.Handler(exposition.Options{Gather: func() []*dto.MetricFamily {
 		s.mu.Lock()
 		restarts, up := s.restarts, s.up
 		s.mu.Unlock()
-		var b bytes.Buffer
-		job := textformat.Labels("job", s.o.Job)
-		textformat.WriteHeader(&b, "gpuchaos_job_restarts_total", "counter", "Restarts of the job's rank group by the supervisor.")
-		textformat.WriteSample(&b, "gpuchaos_job_restarts_total", job, float64(restarts))
-		textformat.WriteHeader(&b, "gpuchaos_job_up", "gauge", "1 while every rank of the job runs, 0 while it restarts or has ended.")
 		up01 := 0.0
 		if up {
 			up01 = 1
 		}
-		textformat.WriteSample(&b, "gpuchaos_job_up", job, up01)
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		_, _ = w.Write(b.Bytes())
-	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		var b exposition.Builder
+		b.Family("gpuchaos_job_restarts_total", "Restarts of the job's rank group by the supervisor.", exposition.Counter)
+		b.AddKV(float64(restarts), "job", s.o.Job)
+		b.Family("gpuchaos_job_up", "1 while every rank of the job runs, 0 while it restarts or has ended.", exposition.Gauge)
+		b.AddKV(up01, "job", s.o.Job)
+		return b.Families()
+	}})
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
