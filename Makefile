@@ -16,9 +16,10 @@ demo: ## run the whole catalogue against the embedded twin
 test: ## what CI runs: vet, then every test with the race detector
 	scripts/test
 
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet and staticcheck (the version go.mod pins)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
 
 fuzz: ## run every fuzz target for FUZZTIME each
 	scripts/fuzz $(FUZZTIME)
