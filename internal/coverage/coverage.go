@@ -272,7 +272,7 @@ type runner struct {
 	// when there are none; the others (the kernel-log watcher) run as the
 	// engine's expectations.
 	builtin *ruleSet
-	optIn []string
+	optIn   []string
 	// eng is one PromQL engine for every evaluation (safe for concurrent
 	// use).
 	eng *promql.Engine

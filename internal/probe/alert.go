@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
@@ -96,7 +97,11 @@ func (p *alertProbe) Observe(ctx context.Context) (Observation, error) {
 	for _, a := range alerts {
 		obs.Subjects = append(obs.Subjects, SubjectFromLabels(a.Labels))
 	}
-	obs.Detail = fmt.Sprintf("%d alerts firing, first %s = %g", len(alerts), withoutAlertName(alerts[0].Labels), alerts[0].Value)
+	what := "1 alert"
+	if len(alerts) > 1 {
+		what = fmt.Sprintf("%d alerts", len(alerts))
+	}
+	obs.Detail = fmt.Sprintf("%s firing, first %s = %g", what, withoutAlertName(alerts[0].Labels), alerts[0].Value)
 	return obs, nil
 }
 
@@ -182,7 +187,7 @@ func metricNames(expr parser.Expr) []string {
 		}
 		name := ""
 		for _, m := range vs.LabelMatchers {
-			if m.Name == labels.MetricName && m.Type == labels.MatchEqual {
+			if m.Name == model.MetricNameLabel && m.Type == labels.MatchEqual {
 				name = m.Value
 			}
 		}

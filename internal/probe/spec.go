@@ -57,7 +57,7 @@ func FromSpec(name string, spec v1alpha1.ProbeSpec, src Source) (Probe, error) {
 // absent_over_time(metric{labels}[For]) (absent(metric{labels}), the 5m
 // lookback with staleness, when For is under a second).
 func thresholdRule(name string, th v1alpha1.ThresholdProbe) (*rules.Rule, error) {
-	ms := []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, labels.MetricName, th.Metric)}
+	ms := []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, model.MetricNameLabel, th.Metric)}
 	for _, k := range slices.Sorted(maps.Keys(th.Labels)) {
 		ms = append(ms, labels.MustNewMatcher(labels.MatchEqual, k, th.Labels[k]))
 	}
