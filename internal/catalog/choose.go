@@ -74,11 +74,10 @@ func chooseNamed(f *Fault, name, target string, allowHardwareRisk bool) (*Mechan
 		if own := ownOn(f, target); own != "" {
 			instead = append(instead, own)
 		}
-		msg := fmt.Errorf("%s: mechanism %s on target %s is %w", f.ID, name, target, ErrPlanned)
-		if len(instead) > 0 {
-			msg = fmt.Errorf("%w; %s", msg, strings.Join(instead, ", or "))
+		if len(instead) == 0 {
+			return nil, fmt.Errorf("%s: mechanism %s on target %s is %w%s", f.ID, name, target, ErrPlanned, elsewhere(f, target))
 		}
-		return nil, msg
+		return nil, fmt.Errorf("%s: mechanism %s on target %s is %w; %s", f.ID, name, target, ErrPlanned, strings.Join(instead, ", or "))
 	case len(m.Targets) > 0:
 		// The mechanism exists, on other targets: the likely mistake is
 		// the target, not the file.
@@ -92,7 +91,7 @@ func chooseNamed(f *Fault, name, target string, allowHardwareRisk bool) (*Mechan
 }
 
 // elsewhere says where f runs when nothing of it is built for target:
-// "; it runs on twin".
+// "; the fault runs on twin: use --target twin"; "" when nowhere.
 func elsewhere(f *Fault, target string) string {
 	var on []string
 	for _, m := range f.Mechanisms {
@@ -105,7 +104,7 @@ func elsewhere(f *Fault, target string) string {
 	if len(on) == 0 {
 		return ""
 	}
-	return "; it runs on " + strings.Join(on, " or ")
+	return "; the fault runs on " + strings.Join(on, " or ") + ": use --target " + on[0]
 }
 
 // ownOn offers leaving the mechanism out when f has a mechanism built for

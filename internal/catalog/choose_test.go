@@ -55,7 +55,9 @@ func TestChooseMechanism(t *testing.T) {
 		{name: "named, unknown", f: thermal, mech: "nvml", target: "local",
 			wantErr: `"nvml" is not a mechanism of hardware.thermal-throttle (mechanisms: nvml-clock-lock, burn-heat, dcgm-inject, twin)`},
 		{name: "only planned here", f: nccl, target: "local", wantIs: ErrPlanned,
-			wantErr: "nccl.p2p-off: mechanism env on target local is planned, not built; it runs on twin"},
+			wantErr: "nccl.p2p-off: mechanism env on target local is planned, not built; the fault runs on twin: use --target twin"},
+		{name: "named, only planned here", f: nccl, mech: "env", target: "local", wantIs: ErrPlanned,
+			wantErr: "nccl.p2p-off: mechanism env on target local is planned, not built; the fault runs on twin: use --target twin"},
 		{name: "several planned here", f: &Fault{ID: "x.y", Mechanisms: []Mechanism{
 			{Name: "a", Planned: []string{"k8s"}}, {Name: "b", Planned: []string{"k8s"}}}}, target: "k8s", wantIs: ErrPlanned,
 			wantErr: "x.y: mechanisms a, b on target k8s are planned, not built"},

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -16,9 +17,12 @@ func newFaultsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "faults [ID]",
 		Short: "List the fault catalogue, or show one fault in full",
-		Long: `List every fault gpuchaos knows: id, family, scope, safety class, the
-mechanisms that cause it and the monitoring layers each reaches.
-With an ID, show that fault's parameters (type, default, bounds) too.`,
+		Long: `List every fault gpuchaos knows: id, scope, safety class and, for each
+target (twin, local, k8s), the mechanisms built for it and how many are
+only planned there. With an ID, show that fault's parameters (type, default,
+bounds) and each mechanism's targets, built and planned, and the monitoring
+layers it reaches. In JSON each mechanism has "targets" (built) and
+"planned" (declared, not built yet).`,
 		Example: `  gpuchaos faults
   gpuchaos faults --family nccl
   gpuchaos faults hardware.xid
@@ -52,13 +56,10 @@ With an ID, show that fault's parameters (type, default, bounds) too.`,
 				return writeJSON(cmd.OutOrStdout(), list)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSCOPE\tSAFETY\tMECHANISMS\tSUMMARY")
+			fmt.Fprintln(tw, "ID\tSCOPE\tSAFETY\tTWIN\tLOCAL\tK8S\tSUMMARY")
 			for _, x := range list {
-				var mechs []string
-				for _, m := range x.Mechanisms {
-					mechs = append(mechs, m.Name)
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", x.ID, x.Scope, x.Safety, strings.Join(mechs, ","), x.Summary)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", x.ID, x.Scope, x.Safety,
+					onTarget(x, "twin"), onTarget(x, "local"), onTarget(x, "k8s"), x.Summary)
 			}
 			return tw.Flush()
 		},
@@ -66,6 +67,41 @@ With an ID, show that fault's parameters (type, default, bounds) too.`,
 	addFormatFlag(cmd, &f)
 	cmd.Flags().StringVar(&family, "family", "", "only faults of this family ("+familyNames()+")")
 	return cmd
+}
+
+// onTarget is a fault's cell of the table for one target: the mechanisms
+// built for it and how many are only planned there ("kernel-log, 1
+// planned"), or "-" for none. 'gpuchaos faults ID' names the planned ones.
+func onTarget(x *catalog.Fault, target string) string {
+	var built []string
+	planned := 0
+	for _, m := range x.Mechanisms {
+		switch {
+		case slices.Contains(m.Targets, target):
+			built = append(built, m.Name)
+		case slices.Contains(m.Planned, target):
+			planned++
+		}
+	}
+	if planned > 0 {
+		built = append(built, fmt.Sprintf("%d planned", planned))
+	}
+	if len(built) == 0 {
+		return "-"
+	}
+	return strings.Join(built, ", ")
+}
+
+// where says where a mechanism is built and planned: "on local; planned
+// for k8s", "planned for local, k8s (not built)".
+func where(m catalog.Mechanism) string {
+	switch {
+	case len(m.Planned) == 0:
+		return "on " + strings.Join(m.Targets, ", ")
+	case len(m.Targets) == 0:
+		return "planned for " + strings.Join(m.Planned, ", ") + " (not built)"
+	}
+	return "on " + strings.Join(m.Targets, ", ") + "; planned for " + strings.Join(m.Planned, ", ")
 }
 
 func familyNames() string {
@@ -96,7 +132,7 @@ func printFault(cmd *cobra.Command, x *catalog.Fault) error {
 	}
 	fmt.Fprintln(w, "\nMechanisms:")
 	for _, m := range x.Mechanisms {
-		fmt.Fprintf(w, "  %s [%s] on %s: reaches %s", m.Name, m.Safety, strings.Join(m.Targets, ","), layers(m.Reaches))
+		fmt.Fprintf(w, "  %s [%s] %s: reaches %s", m.Name, m.Safety, where(m), layers(m.Reaches))
 		if len(m.Misses) > 0 {
 			fmt.Fprintf(w, "; misses %s", layers(m.Misses))
 		}
