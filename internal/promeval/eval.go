@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql"
 	"github.com/prometheus/prometheus/promql/parser"
@@ -572,7 +573,7 @@ func selectors(expr parser.Expr) [][]*labels.Matcher {
 		if vs, ok := n.(*parser.VectorSelector); ok {
 			var ms []*labels.Matcher
 			for _, m := range vs.LabelMatchers {
-				if m.Name == labels.MetricName {
+				if m.Name == model.MetricNameLabel {
 					ms = append(ms, m)
 				}
 			}
@@ -716,9 +717,9 @@ func (rs *ruleState) fail(ts int64, err error) {
 func (rs *ruleState) output(metric labels.Labels) *output {
 	b := labels.NewBuilder(metric)
 	if rs.rule.Kind == rules.KindAlert {
-		b.Del(labels.MetricName)
+		b.Del(model.MetricNameLabel)
 	} else {
-		b.Set(labels.MetricName, rs.rule.Name)
+		b.Set(model.MetricNameLabel, rs.rule.Name)
 	}
 	for k, v := range rs.rule.Labels {
 		b.Set(k, v)
@@ -729,7 +730,7 @@ func (rs *ruleState) output(metric labels.Labels) *output {
 	ls := b.Labels()
 	out := make(series.Labels, 0, ls.Len())
 	ls.Range(func(l labels.Label) {
-		if l.Name != labels.MetricName {
+		if l.Name != model.MetricNameLabel {
 			out = append(out, series.Label{Name: l.Name, Value: l.Value})
 		}
 	})

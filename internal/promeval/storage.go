@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gpuchaos/gpuchaos/internal/series"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/histogram"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/storage"
@@ -91,7 +92,7 @@ func (st *Storage) labelsOf(s *series.Series) labels.Labels {
 		return l
 	}
 	b := labels.NewScratchBuilder(len(s.Labels) + 1)
-	b.Add(labels.MetricName, s.Metric)
+	b.Add(model.MetricNameLabel, s.Metric)
 	for _, l := range s.Labels {
 		b.Add(l.Name, l.Value)
 	}
@@ -169,7 +170,7 @@ type querier struct {
 func (q *querier) candidates(ms []*labels.Matcher, visit func(memSeries)) {
 	var nameM []*labels.Matcher
 	for _, m := range ms {
-		if m.Name == labels.MetricName {
+		if m.Name == model.MetricNameLabel {
 			nameM = append(nameM, m)
 		}
 	}
@@ -203,7 +204,7 @@ func matchAll(ms []*labels.Matcher, v string) bool {
 
 func matchesLabels(ms []*labels.Matcher, l labels.Labels) bool {
 	for _, m := range ms {
-		if m.Name != labels.MetricName && !m.Matches(l.Get(m.Name)) {
+		if m.Name != model.MetricNameLabel && !m.Matches(l.Get(m.Name)) {
 			return false
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/model/labels"
 	"github.com/prometheus/prometheus/promql/parser"
 
@@ -155,7 +156,7 @@ func (a *analyzer) present(name string) bool {
 // cannot enumerate (no name matcher, or a negative one).
 func (a *analyzer) selectorNames(vs *parser.VectorSelector) (names []string, pattern string, exact bool) {
 	for _, m := range vs.LabelMatchers {
-		if m.Name != labels.MetricName {
+		if m.Name != model.MetricNameLabel {
 			continue
 		}
 		switch m.Type {

@@ -388,7 +388,7 @@ func (l *loader) document(n *yaml.Node, index int) {
 		for _, it := range items.value.Content {
 			it = deref(it)
 			if it.Kind != yaml.MappingNode {
-				l.fail(it.Line, fmt.Errorf("List item is a YAML %s, not an object", kindNames[it.Kind]))
+				l.fail(it.Line, fmt.Errorf("an item of the List is a YAML %s, not an object", kindNames[it.Kind]))
 				continue
 			}
 			f := fields(it, nil, "", func(int, error) {})
