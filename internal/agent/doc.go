@@ -1,6 +1,7 @@
 // Package agent is gpuchaos's node exporter: it samples the node's GPUs
 // through a gpu.Source on a fixed interval and serves the newest reading at
-// /metrics in the Prometheus text format (version 0.0.4), under
+// /metrics through the exposition package's handler, in the Prometheus
+// text format (version 0.0.4; protobuf when a scraper asks), under
 // dcgm-exporter's metric names, labels (gpu, UUID, pci_bus_id, device,
 // modelName, Hostname) and units, so alert rules written for dcgm-exporter
 // read it unchanged. Beside them it serves gpuchaos's own series: the
@@ -20,7 +21,8 @@
 // injected fault must show on the page within a probe's deadline, a burn's
 // temperature ceiling must be watched at 1 Hz, and a Prometheus scraping
 // at 15 s should never read a value older than one interval. The cost is
-// measured by scripts/agent-cost.sh.
+// measured by scripts/agent-cost.sh on a running agent and, per second of
+// sampling and scraping, by BenchmarkSecondNVML over go-nvml's mock.
 //
 // A GPU that stops answering (NVML's GPU_IS_LOST, a twin GPU off the bus)
 // disappears from the DCGM series at the next sample, as on dcgm-exporter,
