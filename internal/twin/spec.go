@@ -13,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/limitread"
 )
 
@@ -282,16 +283,11 @@ func ParseClusterSpec(data []byte, source string) (ClusterSpec, error) {
 	return s, nil
 }
 
-// FieldError is an invalid field of a cluster spec; Field is its path.
-type FieldError struct {
-	Field string
-	Msg   string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
-
+// fieldErr is an invalid field of a cluster spec, field its path. It is
+// the experiment's *v1alpha1.FieldError: one type says "this field, this
+// problem" for every spec gpuchaos reads.
 func fieldErr(field, format string, args ...any) error {
-	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	return &v1alpha1.FieldError{Path: field, Msg: fmt.Sprintf(format, args...)}
 }
 
 // normalize fills defaults in place and validates the result.

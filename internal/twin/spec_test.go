@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 )
 
 const exampleSpec = "../../examples/twin/h200-2x8.yaml"
@@ -112,10 +114,10 @@ func TestBadSpecs(t *testing.T) {
 			}
 		})
 	}
-	var fe *FieldError
+	var fe *v1alpha1.FieldError
 	_, err := ParseClusterSpec([]byte("nodes: {model: V100}\n"), "x.yaml")
-	if !errors.As(err, &fe) || fe.Field != "nodes.model" {
-		t.Errorf("want a *FieldError for nodes.model, got %v", err)
+	if !errors.As(err, &fe) || fe.Path != "nodes.model" {
+		t.Errorf("want a *v1alpha1.FieldError for nodes.model, got %v", err)
 	}
 	if _, err := LoadClusterSpec(filepath.Join(t.TempDir(), "missing.yaml")); err == nil {
 		t.Error("missing file accepted")
