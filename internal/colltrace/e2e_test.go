@@ -3,6 +3,7 @@ package colltrace
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // requireTracing skips unless this process can load BPF programs and the
@@ -72,15 +75,10 @@ func startRanks(t *testing.T, dir, name string, delays ...int) []*exec.Cmd {
 		}
 	})
 	for _, c := range cmds {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			if _, err := ProcLib("", c.Process.Pid, "libnccl.so"); err == nil {
-				break
-			} else if time.Now().After(deadline) {
-				t.Fatalf("pid %d never mapped the library: %v", c.Process.Pid, err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
+		testutil.Eventually(t, 10*time.Second, fmt.Sprintf("pid %d to map libnccl.so", c.Process.Pid), func() bool {
+			_, err := ProcLib("", c.Process.Pid, "libnccl.so")
+			return err == nil
+		})
 	}
 	return cmds
 }

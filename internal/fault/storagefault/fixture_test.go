@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
 	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 	nf "github.com/gpuchaos/gpuchaos/internal/trafficctl"
 	nt "github.com/gpuchaos/gpuchaos/internal/trafficctl/netnstest"
 )
@@ -279,23 +280,21 @@ func startSSHD(t testing.TB, sn *storageNet) *sshServer {
 		}
 	})
 	addr := netip.AddrPortFrom(s.Addr, 22).String()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
-			return s
-		}
+	// Its log is the cleanup's to show, should this fail.
+	testutil.Eventually(t, 10*time.Second, "sshd to answer on "+addr, func() bool {
 		select {
 		case err := <-exited:
 			t.Fatalf("sshd exited: %v\n%s", err, logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sshd does not answer on %s: %v\n%s", addr, err, logs.String())
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		c.Close()
+		return true
+	})
+	return s
 }
 
 // sshfsOptions make the mount behave like a hard NFS mount: an operation
@@ -337,18 +336,15 @@ func mountSSHFS(t testing.TB, s *sshServer) string {
 			t.Logf("sshfs's log:\n%s", logs.String())
 		}
 	})
-	deadline := time.Now().Add(10 * time.Second)
-	for !isMounted(mnt) {
+	// Its log is the cleanup's to show, should this fail.
+	testutil.Eventually(t, 10*time.Second, "sshfs to mount "+mnt, func() bool {
 		select {
 		case err := <-exited:
 			t.Fatalf("sshfs exited: %v\n%s", err, logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s is not mounted after 10 s:\n%s", mnt, logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return isMounted(mnt)
+	})
 	return mnt
 }
 
