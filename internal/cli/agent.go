@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuchaos/gpuchaos/internal/agent"
-	"github.com/gpuchaos/gpuchaos/internal/engine"
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
@@ -156,7 +155,7 @@ func (fl agentFlags) run(cmd *cobra.Command) error {
 func watchXIDs(ctx context.Context, a *agent.Agent, path string, warn io.Writer) (stop func()) {
 	w, err := xidwatch.Start(ctx, xidwatch.Options{
 		Kmsg:    kmsg.Options{Path: path},
-		Resolve: engine.GPUResolver(a.Devices()),
+		Resolve: xidwatch.GPUResolver(a.Devices()),
 		OnXID:   func(ev xidwatch.Event) { a.RecordXID(ev.GPU, ev.Code) },
 	})
 	if err != nil {
@@ -198,7 +197,7 @@ func serveAgent(ctx context.Context, a *agent.Agent, r *live.Runner, ln net.List
 		}()
 	}
 	<-ctx.Done()
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), live.ShutdownGrace)
 	defer scancel()
 	shutErr := srv.Shutdown(sctx)
 	var errs []error

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/engine"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
+	"github.com/gpuchaos/gpuchaos/internal/target/localtarget"
 )
 
 func newRecoverCmd() *cobra.Command {
@@ -94,7 +95,7 @@ on a bad flag.`,
 				}
 				return tw.Flush()
 			}
-			rs, err := engine.RecoverPending(ctx, engine.NodeRecoverer(stateDir(ledgerPath)), l)
+			rs, err := engine.RecoverPending(ctx, localtarget.NodeRecoverer(localtarget.StateDir(ledgerPath)), l)
 			if err != nil {
 				return failed(fmt.Errorf("--ledger: %w", err))
 			}
@@ -105,7 +106,7 @@ on a bad flag.`,
 			} else if len(rs) == 0 {
 				fmt.Fprintf(out, "Nothing pending in %s.\n", ledgerPath)
 			} else {
-				printRecoveries(out, rs)
+				localtarget.PrintRecoveries(out, rs)
 			}
 			if left := engine.StillPendingIn(rs); len(left) > 0 {
 				return failed(&engine.PendingError{Ledger: ledgerPath, Entries: left})

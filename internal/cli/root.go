@@ -117,6 +117,7 @@ digital twin of two 8-GPU H200 nodes, no GPU or cluster needed.`,
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
+	withLogger(root)
 	root.AddCommand(
 		newDemoCmd(),
 		newRunCmd(),

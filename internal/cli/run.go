@@ -1,10 +1,11 @@
 package cli
 
 import (
+	// Every target kind registers itself: --target opens one by name.
 	"context"
+	"errors"
 	"fmt"
-	"io"
-	"net"
+	_ "github.com/gpuchaos/gpuchaos/internal/target/all"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,11 +18,10 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/colltrace"
 	"github.com/gpuchaos/gpuchaos/internal/engine"
-	"github.com/gpuchaos/gpuchaos/internal/gpu"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
-	"github.com/gpuchaos/gpuchaos/internal/twin"
-	"github.com/gpuchaos/gpuchaos/internal/twin/live"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/target/localtarget"
 )
 
 func newRunCmd() *cobra.Command {
@@ -90,90 +90,46 @@ on a bad file or flag.`,
 			if err != nil {
 				return err
 			}
-			if targetName != "twin" && targetName != "live" && targetName != "local" {
-				return fmt.Errorf("--target: %s is not available in this build; use twin, live or local", targetName)
+			out := cmd.OutOrStdout()
+			notes := out
+			if f != "table" {
+				// JSON output is one document on stdout; the notes go aside.
+				notes = cmd.ErrOrStderr()
 			}
-			if err := twin.CheckWarmup("--warmup", warmup); err != nil {
-				return err
+			cfg := target.Config{
+				Seed: seed, Cluster: cluster, Warmup: warmup, Listen: listen, Settle: settle,
+				Prometheus: promURL, Ledger: ledgerPath, Exporters: local.exporters, Jobs: local.jobs,
+				ScrapeInterval: local.scrapeInterval, TraceLib: local.traceLib, TracePIDs: local.tracePIDs,
+				DryRun: dryRun, Notes: notes, Logger: logger(cmd),
 			}
-			spec := twin.Default()
-			if cluster != "" {
-				if spec, err = loadCluster(cluster); err != nil {
+			if target.Kind(targetName) == target.Local && cfg.Ledger == "" && !dryRun {
+				if cfg.Ledger, err = defaultLedger(); err != nil {
 					return err
 				}
 			}
-			out := cmd.OutOrStdout()
+			tgt, err := target.Open(cmd.Context(), target.Kind(targetName), cfg)
+			if err != nil {
+				return openError(err)
+			}
+			defer tgt.Close()
 			progress := func(ev engine.Event) {
 				if f == "table" {
 					fmt.Fprintf(out, "%+8.0fs  %-12s %s %s\n", ev.Offset, ev.Kind, ev.Name, ev.Detail)
 				}
 			}
-			opts := engine.Options{Seed: seed, OnEvent: progress}
-			var tw *twin.Twin
-			// A dry run of twin or live plans on a virtual twin of the same
-			// cluster: the inventory is the same and nothing is served. One
-			// of local lists this node's GPUs and touches nothing.
-			switch {
-			case targetName == "local":
-				local.ledger, local.prometheus = ledgerPath, promURL
-				if local.ledger == "" && !dryRun {
-					if local.ledger, err = defaultLedger(); err != nil {
-						return err
-					}
-				}
-				stop, lt, l, err := startLocalTarget(cmd, local, dryRun, f == "table")
-				if err != nil {
-					return err
-				}
-				defer stop()
-				// A kernel log line never leaves the log, so kmsg-xid cannot
-				// clear: waiting for detectors to clear would only wait out
-				// the window. Time to recover is not measured on local.
-				opts.Target, opts.Ledger, opts.PollInterval, opts.RecoveryWindow = lt, l, time.Second, -1
-			case targetName == "live" && !dryRun:
-				if f == "table" {
-					fmt.Fprintf(out, "Warming the twin up for %s of virtual time.\n", warmup)
-				}
-				stop, lt, err := startLive(cmd, spec, seed, warmup, listen, promURL)
-				if err != nil {
-					return err
-				}
-				defer stop()
-				opts.Target, opts.PollInterval = lt, time.Second
-			default:
-				if tw, err = twin.New(twin.Options{Spec: spec, Seed: seed}); err != nil {
-					return err
-				}
-				opts.Target = engine.TwinTarget{Twin: tw}
+			eng := engine.New(engine.Options{Target: tgt, Seed: seed, OnEvent: progress, Logger: logger(cmd).With("component", "engine")})
+			plan, err := eng.Plan(cmd.Context(), exp)
+			if err != nil {
+				return locate(exp, args[0], err)
 			}
-			eng := engine.New(opts)
 			if dryRun {
-				plan, err := eng.Plan(cmd.Context(), exp)
-				if err != nil {
-					return locate(exp, args[0], err)
-				}
 				if f == "json" {
 					return writeJSON(out, plan)
 				}
 				return printPlan(out, plan)
 			}
-			if _, err := eng.Plan(cmd.Context(), exp); err != nil {
-				return locate(exp, args[0], err)
-			}
-			if tw != nil {
-				if f == "table" {
-					fmt.Fprintf(out, "Warming the twin up for %s of virtual time.\n", warmup)
-				}
-				if err := tw.Sleep(cmd.Context(), warmup); err != nil {
-					return failed(err)
-				}
-			} else if settle > 0 && targetName == "live" {
-				if f == "table" {
-					fmt.Fprintf(out, "Letting Prometheus scrape the fault-free twin for %s.\n", settle)
-				}
-				if err := opts.Target.Sleep(cmd.Context(), settle); err != nil {
-					return failed(err)
-				}
+			if err := tgt.Prepare(cmd.Context()); err != nil {
+				return failed(err)
 			}
 			rec, runErr := eng.Run(cmd.Context(), exp)
 			if rec == nil {
@@ -182,8 +138,8 @@ on a bad file or flag.`,
 			// Whatever stopped the run, and whatever fails after it, the
 			// error names what it left injected.
 			var pendingErr error
-			if l, ok := opts.Ledger.(*ledger.File); ok {
-				pendingErr = stillPending(cmd.Context(), l, local.ledger)
+			if set := tgt.Settings(); set.Ledger != nil {
+				pendingErr = stillPending(cmd.Context(), set.Ledger, set.LedgerPath)
 			}
 			withPending := func(err error) error {
 				if pendingErr != nil {
@@ -220,7 +176,7 @@ on a bad file or flag.`,
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9400", "live: where to serve the twin's /metrics")
 	cmd.Flags().StringVar(&promURL, "prometheus", "http://127.0.0.1:9090", "live, local: the Prometheus that prometheus probes ask")
 	cmd.Flags().StringVar(&ledgerPath, "ledger", "", "local: injection journal (default "+rootLedger+" as root, else $XDG_STATE_HOME/gpuchaos/ledger.jsonl, ~/.local/state without it)")
-	cmd.Flags().StringSliceVar(&local.exporters, "exporter", []string{engine.DefaultExporter}, "local: /metrics pages threshold probes and built-in detectors read, scraped as Prometheus would (a gpuchaos agent or dcgm-exporter; repeat for a job's ranks and supervisor)")
+	cmd.Flags().StringSliceVar(&local.exporters, "exporter", []string{localtarget.DefaultExporter}, "local: /metrics pages threshold probes and built-in detectors read, scraped as Prometheus would (a gpuchaos agent or dcgm-exporter; repeat for a job's ranks and supervisor)")
 	cmd.Flags().StringSliceVar(&local.jobs, "job", nil, "local: a training job on this node, found by its ranks' GPUCHAOS_JOB (gpuchaos workload run sets it), for job and rank faults and workload checks; repeatable")
 	cmd.Flags().DurationVar(&local.scrapeInterval, "scrape-interval", time.Second, "local: how often the --exporter pages are scraped in the background, the history workload checks take their baseline from")
 	cmd.Flags().StringVar(&local.traceLib, "trace-lib", "", "local: trace NCCL collectives in every process using this libnccl.so.2 (collective-trace detector; needs root)")
@@ -255,69 +211,11 @@ func defaultLedger() (string, error) {
 
 // localFlags are run's flags for the local target.
 type localFlags struct {
-	ledger, prometheus, traceLib string
-	exporters, jobs              []string
-	tracePIDs                    []int
-	scrapeInterval               time.Duration
-}
-
-// startLocalTarget recovers what killed runs left in the ledger (fl.ledger,
-// which a run that is not dry must have set), then opens
-// NVML and starts following the kernel log. Recovery comes first and needs
-// neither: a node whose driver is gone must still get its network back. A
-// dry run gets no ledger: it must not touch anything. What it recovers is
-// printed on stdout for table output, else on stderr. stop closes all.
-func startLocalTarget(cmd *cobra.Command, fl localFlags, dryRun, table bool) (stop func(), _ *engine.LocalTarget, _ ledger.Ledger, _ error) {
-	ctx := cmd.Context()
-	out := cmd.OutOrStdout()
-	if !table {
-		// JSON output is one document on stdout; the notes go aside.
-		out = cmd.ErrOrStderr()
-	}
-	var (
-		l          *ledger.File
-		ledgerPath = fl.ledger
-		err        error
-	)
-	if !dryRun {
-		if l, err = recoverLedger(ctx, out, ledgerPath); err != nil {
-			return nil, nil, nil, err
-		}
-	}
-	closeLedger := func() {
-		if l != nil {
-			l.Close()
-		}
-	}
-	src, err := gpu.OpenNVML()
-	if err != nil {
-		// Network, storage and checkpoint faults act on the node, and a
-		// training job on CPUs (gloo) still has ranks to break: only GPU
-		// faults need NVML.
-		fmt.Fprintf(cmd.ErrOrStderr(), "note: no GPUs listed (%v); GPU faults cannot be selected, node, job, rank and checkpoint faults can\n", err)
-		src = noGPUs{}
-	}
-	opts := engine.LocalOptions{Source: src, Prometheus: fl.prometheus, JobNames: fl.jobs, ScrapeInterval: fl.scrapeInterval}
-	if len(fl.exporters) > 0 {
-		opts.Exporter, opts.MoreExporters = fl.exporters[0], fl.exporters[1:]
-	}
-	if !dryRun {
-		opts.StateDir = stateDir(ledgerPath)
-	}
-	if fl.traceLib != "" || len(fl.tracePIDs) > 0 {
-		opts.Collectives = &colltrace.Options{Lib: fl.traceLib, PIDs: fl.tracePIDs}
-	}
-	lt, err := engine.StartLocal(ctx, opts)
-	if err != nil {
-		src.Close()
-		closeLedger()
-		return nil, nil, nil, failed(fmt.Errorf("--target local: %w", err))
-	}
-	stop = func() { lt.Close(); src.Close(); closeLedger() }
-	if dryRun {
-		return stop, lt, nil, nil
-	}
-	return stop, lt, l, nil
+	traceLib       string
+	exporters      []string
+	jobs           []string
+	tracePIDs      []int
+	scrapeInterval time.Duration
 }
 
 // stillPending returns a PendingError naming every injection the ledger
@@ -336,48 +234,6 @@ func stillPending(ctx context.Context, l ledger.Ledger, path string) error {
 			What: engine.Describe(e.Fault, e.Ref, e.Params), Detail: "its recovery failed (see the timeline)"})
 	}
 	return pe
-}
-
-// stateDir is where mechanisms record what they did to the node: with the
-// ledger that says it was done, so one directory holds a node's recovery.
-func stateDir(ledgerPath string) string { return filepath.Join(filepath.Dir(ledgerPath), "state") }
-
-// recoverLedger opens the ledger at path and recovers every injection it
-// still holds, printing one line for each on out. It fails, naming every
-// entry left pending, when some cannot be recovered or proved gone: a run
-// must not add faults on top of ones it cannot account for.
-func recoverLedger(ctx context.Context, out io.Writer, path string) (*ledger.File, error) {
-	l, err := ledger.Open(path)
-	if err != nil {
-		return nil, failed(fmt.Errorf("--ledger: %w", err))
-	}
-	rs, err := engine.RecoverPending(ctx, engine.NodeRecoverer(stateDir(path)), l)
-	if err != nil {
-		l.Close()
-		return nil, failed(fmt.Errorf("--ledger: %w", err))
-	}
-	printRecoveries(out, rs)
-	if left := engine.StillPendingIn(rs); len(left) > 0 {
-		l.Close()
-		return nil, failed(fmt.Errorf("nothing new was injected: %w", &engine.PendingError{Ledger: path, Entries: left}))
-	}
-	return l, nil
-}
-
-// printRecoveries says, one line each, what became of a killed run's
-// injections.
-func printRecoveries(w io.Writer, rs []engine.Recovery) {
-	for _, r := range rs {
-		left := fmt.Sprintf("left by run %s at %s", r.Entry.Run, r.Entry.InjectedAt.Format(time.RFC3339))
-		switch r.Status {
-		case engine.Recovered:
-			fmt.Fprintf(w, "Recovered %s, %s.\n", r.What, left)
-		case engine.Gone:
-			fmt.Fprintf(w, "Gone: %s, %s: %s.\n", r.What, left, oneLine(r.Detail))
-		default:
-			fmt.Fprintf(w, "STILL PENDING: %s, %s: %s.\n", r.What, left, oneLine(r.Detail))
-		}
-	}
 }
 
 // loadExperiment reads, defaults and validates an experiment file against the
@@ -482,31 +338,11 @@ func writeRecord(path string, rec *engine.Record) error {
 	return f.Close()
 }
 
-// startLive runs the twin in real time and serves its metrics on listen in
-// the background, for --target live. stop ends both and waits for them.
-func startLive(cmd *cobra.Command, spec twin.ClusterSpec, seed uint64, warmup time.Duration, listen, promURL string) (stop func(), _ engine.LiveTarget, _ error) {
-	ctx, cancel := context.WithCancel(cmd.Context())
-	r, err := live.New(ctx, live.Options{Twin: twin.Options{Spec: spec, Seed: seed}, Warmup: warmup})
-	if err != nil {
-		cancel()
-		return nil, engine.LiveTarget{}, failed(err)
+// openError classifies an error opening a target: a refused flag or file is
+// bad input (exit 2), anything else a failed run (exit 1).
+func openError(err error) error {
+	if ce := (*target.ConfigError)(nil); errors.As(err, &ce) {
+		return err
 	}
-	ln, err := net.Listen("tcp", listen)
-	if err != nil {
-		cancel()
-		return nil, engine.LiveTarget{}, fmt.Errorf("--listen: %w", err)
-	}
-	fmt.Fprintf(cmd.OutOrStdout(), "Serving the twin's metrics at http://%s/metrics; probes ask %s.\n", ln.Addr(), promURL)
-	done := make(chan error, 1)
-	go func() { done <- serveTwin(ctx, r, ln) }()
-	return func() { cancel(); <-done }, engine.LiveTarget{Runner: r, Prometheus: promURL}, nil
+	return failed(err)
 }
-
-// noGPUs is the GPU source of a node without NVML: it lists none.
-type noGPUs struct{}
-
-func (noGPUs) Devices(context.Context) ([]gpu.Device, error) { return nil, nil }
-func (noGPUs) Sample(_ context.Context, i int) (gpu.Sample, error) {
-	return gpu.Sample{}, fmt.Errorf("gpu %d: %w", i, gpu.ErrNoDevice)
-}
-func (noGPUs) Close() error { return nil }

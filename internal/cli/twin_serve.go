@@ -1,12 +1,9 @@
 package cli
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"math"
 	"net"
-	"net/http"
 	"strconv"
 	"time"
 
@@ -24,9 +21,6 @@ type twinServeFlags struct {
 	speed   float64
 	warmup  time.Duration
 }
-
-// shutdownGrace is how long in-flight scrapes get to finish on exit.
-const shutdownGrace = 5 * time.Second
 
 func newTwinServeCmd() *cobra.Command {
 	var fl twinServeFlags
@@ -88,38 +82,5 @@ func (fl twinServeFlags) run(cmd *cobra.Command) error {
 		return failed(fmt.Errorf("--listen: %w", err))
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "serving the twin's metrics at http://%s/metrics (Ctrl-C to stop)\n", ln.Addr())
-	return failed(serveTwin(ctx, r, ln))
-}
-
-// serveTwin runs the twin and its HTTP server on ln until ctx ends or one of
-// them fails, then stops both and waits for them.
-func serveTwin(ctx context.Context, r *live.Runner, ln net.Listener) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	srv := &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 2)
-	go func() {
-		err := r.Start(ctx)
-		cancel()
-		errc <- err
-	}()
-	go func() {
-		err := srv.Serve(ln)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		} else if err != nil {
-			err = fmt.Errorf("serve metrics: %w", err)
-		}
-		cancel()
-		errc <- err
-	}()
-	<-ctx.Done()
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownGrace)
-	defer scancel()
-	shutErr := srv.Shutdown(sctx)
-	err := errors.Join(<-errc, <-errc)
-	if err == nil && shutErr != nil {
-		err = fmt.Errorf("stop serving metrics: %w", shutErr)
-	}
-	return err
+	return failed(r.Serve(ctx, ln))
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/promeval"
 	"github.com/gpuchaos/gpuchaos/internal/rules"
+	"github.com/gpuchaos/gpuchaos/internal/target/twintarget"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
@@ -345,7 +346,7 @@ func (r *runner) runFault(ctx context.Context, f *catalog.Fault, set *ruleSet, b
 	}
 	job := jobName(inv)
 	before, _ := tw.Job(job)
-	eng := engine.New(engine.Options{Target: engine.TwinTarget{Twin: tw}, Seed: opts.Seed, RecoveryWindow: recoveryWindow})
+	eng := engine.New(engine.Options{Target: twintarget.New(tw), Seed: opts.Seed, RecoveryWindow: recoveryWindow})
 	rec, runErr := eng.Run(ctx, exp)
 	if rec == nil {
 		return nil, fmt.Errorf("coverage of %s: %w", f.ID, runErr)

@@ -17,6 +17,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/engine"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/probe/promapi"
+	"github.com/gpuchaos/gpuchaos/internal/target/livetarget"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 	"github.com/gpuchaos/gpuchaos/internal/twin/live"
@@ -132,8 +133,10 @@ func TestPrometheusLiveLoop(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	tgt := livetarget.New(runner, promURL)
+	tgt.Client = client
 	eng := engine.New(engine.Options{
-		Target:         engine.LiveTarget{Runner: runner, Prometheus: promURL, Client: client},
+		Target:         tgt,
 		PollInterval:   time.Second,
 		RecoveryWindow: 20 * time.Second,
 		OnEvent: func(ev engine.Event) {

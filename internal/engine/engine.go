@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,40 +17,23 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
+	"github.com/gpuchaos/gpuchaos/internal/target"
 )
-
-// Clock is the time base of a run. The twin's virtual clock advances the
-// simulation in Sleep; the wall clock waits. Sleep returns ctx.Err() early
-// when ctx is done.
-type Clock interface {
-	Now() time.Time
-	Sleep(ctx context.Context, d time.Duration) error
-}
-
-// Target is what a run acts on: the twin, the local node or a cluster.
-type Target interface {
-	Clock
-	// Name is the target's kind as mechanisms list it: twin, local, k8s.
-	Name() string
-	Inventory(ctx context.Context) (inventory.Inventory, error)
-	// Injector returns the injector for a fault's mechanism on this target.
-	Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error)
-	// Probe builds a named probe from a spec.
-	Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, error)
-}
 
 // Options configure an Engine. Zero values take the documented defaults.
 type Options struct {
-	Target Target
-	// Ledger records injections before they act; nil keeps them in memory.
+	Target target.Target
+	// Ledger records injections before they act; nil takes the target's
+	// (target.Settings), else keeps them in memory.
 	Ledger ledger.Ledger
 	// Logger receives progress; nil discards it.
 	Logger *slog.Logger
-	// PollInterval is how often probes are observed; default 15s.
+	// PollInterval is how often probes are observed; zero takes the
+	// target's.
 	PollInterval time.Duration
 	// RecoveryWindow is how long after recovery the engine waits for every
-	// detector that fired to clear, to measure time to recover; default
-	// 10m, negative skips the wait.
+	// detector that fired to clear, to measure time to recover; zero takes
+	// the target's, negative skips the wait.
 	RecoveryWindow time.Duration
 	// Seed drives target selection (modes one, fixed, percent).
 	Seed uint64
@@ -66,11 +50,24 @@ type Engine struct {
 
 // New returns an engine.
 func New(opts Options) *Engine {
+	var set target.Settings
+	if opts.Target != nil {
+		set = opts.Target.Settings()
+	}
+	if opts.Ledger == nil {
+		opts.Ledger = set.Ledger
+	}
 	if opts.Ledger == nil {
 		opts.Ledger = &ledger.Memory{}
 	}
 	if opts.PollInterval <= 0 {
+		opts.PollInterval = set.PollInterval
+	}
+	if opts.PollInterval <= 0 {
 		opts.PollInterval = 15 * time.Second
+	}
+	if opts.RecoveryWindow == 0 {
+		opts.RecoveryWindow = set.RecoveryWindow
 	}
 	if opts.RecoveryWindow == 0 {
 		opts.RecoveryWindow = 10 * time.Minute
@@ -167,12 +164,45 @@ type Record struct {
 	// fired had cleared; nil when some had not within the window.
 	TTRSeconds *float64 `json:"ttr_seconds"`
 	Timeline   []Event  `json:"timeline"`
-	Error      string   `json:"error,omitempty"`
+	// Err is what stopped the run, kept as a value so callers can test it
+	// (errors.Is(rec.Err, context.Canceled)); JSON carries its text as
+	// "error".
+	Err error `json:"-"`
+}
+
+// MarshalJSON writes the record with Err as its text, "error".
+func (r *Record) MarshalJSON() ([]byte, error) {
+	type plain Record
+	var msg string
+	if r.Err != nil {
+		msg = r.Err.Error()
+	}
+	return json.Marshal(struct {
+		*plain
+		Error string `json:"error,omitempty"`
+	}{(*plain)(r), msg})
+}
+
+// UnmarshalJSON reads a record written by MarshalJSON; Err comes back as
+// an error with the same text.
+func (r *Record) UnmarshalJSON(b []byte) error {
+	type plain Record
+	aux := struct {
+		*plain
+		Error string `json:"error,omitempty"`
+	}{plain: (*plain)(r)}
+	if err := json.Unmarshal(b, &aux); err != nil {
+		return err
+	}
+	if aux.Error != "" {
+		r.Err = errors.New(aux.Error)
+	}
+	return nil
 }
 
 // Passed reports whether every expectation passed.
 func (r *Record) Passed() bool {
-	if r.Error != "" {
+	if r.Err != nil {
 		return false
 	}
 	for _, v := range r.Verdicts {
@@ -188,9 +218,9 @@ func (r *Record) Passed() bool {
 func (e *Engine) Plan(ctx context.Context, exp *v1alpha1.Experiment) (*Plan, error) {
 	inv, err := e.opts.Target.Inventory(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("read inventory of %s: %w", e.opts.Target.Name(), err)
+		return nil, fmt.Errorf("read inventory of %s: %w", e.opts.Target.Kind(), err)
 	}
-	plan := &Plan{Experiment: exp.Metadata.Name, Target: e.opts.Target.Name(), inv: inv}
+	plan := &Plan{Experiment: exp.Metadata.Name, Target: string(e.opts.Target.Kind()), inv: inv}
 	var all []inventory.Ref
 	for i, fs := range exp.Spec.Faults {
 		path := fmt.Sprintf("spec.faults[%d]", i)
@@ -254,7 +284,7 @@ func (e *Engine) Plan(ctx context.Context, exp *v1alpha1.Experiment) (*Plan, err
 // there fails wrapping catalog.ErrPlanned, and a risky one is used only
 // when allowed.
 func (e *Engine) mechanism(f *catalog.Fault, name string, allowRisk bool) (*catalog.Mechanism, error) {
-	return catalog.ChooseMechanism(f, name, e.opts.Target.Name(), allowRisk)
+	return catalog.ChooseMechanism(f, name, e.opts.Target.Kind().Mechanisms(), allowRisk)
 }
 
 func refKey(r inventory.Ref) string {
@@ -308,7 +338,7 @@ func (x *expectation) anchored() bool {
 // has then been attempted for everything injected.
 func (e *Engine) Run(ctx context.Context, exp *v1alpha1.Experiment) (*Record, error) {
 	t := e.opts.Target
-	rec := &Record{Experiment: exp, Target: t.Name(), Seed: e.opts.Seed, StartedAt: t.Now()}
+	rec := &Record{Experiment: exp, Target: string(t.Kind()), Seed: e.opts.Seed, StartedAt: t.Now()}
 	plan, err := e.Plan(ctx, exp)
 	if err != nil {
 		return nil, err
@@ -367,11 +397,11 @@ func (e *Engine) Run(ctx context.Context, exp *v1alpha1.Experiment) (*Record, er
 			e.recover(ctx, rec, injected)
 		}
 	}()
-	if rec.Error != "" {
+	if rec.Err != nil {
 		e.recover(ctx, rec, injected)
 		injected = nil
 		e.finish(rec, exps)
-		return rec, errors.New(rec.Error)
+		return rec, rec.Err
 	}
 
 	end := rec.InjectedAt.Add(exp.Spec.Duration.Duration)
@@ -392,12 +422,12 @@ func (e *Engine) Run(ctx context.Context, exp *v1alpha1.Experiment) (*Record, er
 		}
 	}
 	if err != nil {
-		rec.Error = err.Error()
-		e.event(rec, "error", "", rec.Error)
+		rec.Err = err
+		e.event(rec, "error", "", err.Error())
 	}
 	e.finish(rec, exps)
-	if rec.Error != "" {
-		return rec, errors.New(rec.Error)
+	if rec.Err != nil {
+		return rec, rec.Err
 	}
 	return rec, nil
 }
@@ -480,7 +510,7 @@ func (e *Engine) inject(ctx context.Context, rec *Record, plan *Plan) []Injectio
 	for _, in := range plan.Injections {
 		inj, err := e.opts.Target.Injector(in.fault, in.mech)
 		if err != nil {
-			rec.Error = fmt.Sprintf("inject %s on %s: %v", in.Fault, refKey(in.Ref), err)
+			rec.Err = fmt.Errorf("inject %s on %s: %w", in.Fault, refKey(in.Ref), err)
 			return done
 		}
 		entry := ledger.Entry{
@@ -489,7 +519,7 @@ func (e *Engine) inject(ctx context.Context, rec *Record, plan *Plan) []Injectio
 			Expires: e.opts.Target.Now().Add(rec.Experiment.Spec.Duration.Duration + e.opts.RecoveryWindow + time.Hour),
 		}
 		if err := e.opts.Ledger.Record(ctx, entry); err != nil {
-			rec.Error = fmt.Sprintf("record %s before injecting: %v", in.Key, err)
+			rec.Err = fmt.Errorf("record %s before injecting: %w", in.Key, err)
 			return done
 		}
 		done = append(done, in)
@@ -497,7 +527,7 @@ func (e *Engine) inject(ctx context.Context, rec *Record, plan *Plan) []Injectio
 		// ends by itself after the experiment's window.
 		hold := fault.WithHoldUntil(ctx, e.opts.Target.Now().Add(rec.Experiment.Spec.Duration.Duration+max(e.opts.RecoveryWindow, 0)))
 		if err := inj.Inject(hold, in.Key, in.Ref, in.values); err != nil {
-			rec.Error = fmt.Sprintf("inject %s on %s: %v", in.Fault, refKey(in.Ref), err)
+			rec.Err = fmt.Errorf("inject %s on %s: %w", in.Fault, refKey(in.Ref), err)
 			return done
 		}
 		e.event(rec, "inject", in.Fault, refKey(in.Ref))
@@ -520,10 +550,10 @@ func (e *Engine) recover(ctx context.Context, rec *Record, done []Injection) {
 		what := Describe(in.Fault, in.Ref, in.Params)
 		status := outcome(err)
 		if status == StillPending {
-			msg := fmt.Sprintf("recover %s: %v (left in the ledger for the next start)", what, err)
-			e.event(rec, "error", in.Fault, msg)
-			if rec.Error == "" {
-				rec.Error = msg
+			err = fmt.Errorf("recover %s: %w (left in the ledger for the next start)", what, err)
+			e.event(rec, "error", in.Fault, err.Error())
+			if rec.Err == nil {
+				rec.Err = err
 			}
 			continue
 		}
@@ -706,8 +736,8 @@ func (e *Engine) finish(rec *Record, exps []*expectation) {
 }
 
 func (e *Engine) fail(rec *Record, err error) (*Record, error) {
-	rec.Error = err.Error()
-	e.event(rec, "error", "", rec.Error)
+	rec.Err = err
+	e.event(rec, "error", "", err.Error())
 	rec.EndedAt = e.opts.Target.Now()
 	return rec, err
 }

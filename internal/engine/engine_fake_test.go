@@ -15,6 +15,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
+	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // fakeTarget drives the engine's error paths, which the twin cannot reach
@@ -41,12 +42,16 @@ func newFake() *fakeTarget {
 	return &fakeTarget{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), applied: map[string]bool{}, detectAt: map[string]time.Duration{}, steadyOK: true}
 }
 
-func (f *fakeTarget) Name() string {
+func (f *fakeTarget) Kind() target.Kind {
 	if f.name == "" {
-		return "twin"
+		return target.Twin
 	}
-	return f.name
+	return target.Kind(f.name)
 }
+
+func (f *fakeTarget) Settings() target.Settings     { return target.Settings{} }
+func (f *fakeTarget) Prepare(context.Context) error { return nil }
+func (f *fakeTarget) Close() error                  { return nil }
 func (f *fakeTarget) Now() time.Time {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -230,7 +235,7 @@ func TestEngineRecoversWhatItInjected(t *testing.T) {
 			if err == nil || !contains(err.Error(), tt.wantErr) {
 				t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
 			}
-			if rec == nil || rec.Error == "" {
+			if rec == nil || rec.Err == nil {
 				t.Fatal("no record with the error")
 			}
 			if len(f.applied) != 0 {

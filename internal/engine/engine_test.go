@@ -10,6 +10,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/engine"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
+	"github.com/gpuchaos/gpuchaos/internal/target/twintarget"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
@@ -62,7 +63,7 @@ spec:
 func TestFallenOffBus(t *testing.T) {
 	tw := warmTwin(t, 1)
 	led := &ledger.Memory{}
-	rec, err := engine.New(engine.Options{Target: engine.TwinTarget{Twin: tw}, Ledger: led}).Run(context.Background(), load(t, xid79))
+	rec, err := engine.New(engine.Options{Target: twintarget.New(tw), Ledger: led}).Run(context.Background(), load(t, xid79))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestFallenOffBus(t *testing.T) {
 func TestDeterministic(t *testing.T) {
 	var out [2]string
 	for i := range out {
-		rec, err := engine.New(engine.Options{Target: engine.TwinTarget{Twin: warmTwin(t, 42)}, Seed: 42}).Run(context.Background(), load(t, xid79))
+		rec, err := engine.New(engine.Options{Target: twintarget.New(warmTwin(t, 42)), Seed: 42}).Run(context.Background(), load(t, xid79))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +130,7 @@ func TestAbort(t *testing.T) {
     - name: job-down
       probe: {detector: job-down}
   expectations:`, 1))
-	rec, err := engine.New(engine.Options{Target: engine.TwinTarget{Twin: tw}, RecoveryWindow: -1}).Run(context.Background(), exp)
+	rec, err := engine.New(engine.Options{Target: twintarget.New(tw), RecoveryWindow: -1}).Run(context.Background(), exp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,13 +148,13 @@ func TestAbort(t *testing.T) {
 // interrupting cancels the run's context once the twin has advanced past a
 // point, as Ctrl-C would.
 type interrupting struct {
-	engine.TwinTarget
+	*twintarget.Target
 	at     time.Time
 	cancel context.CancelFunc
 }
 
 func (i interrupting) Sleep(ctx context.Context, d time.Duration) error {
-	err := i.TwinTarget.Sleep(ctx, d)
+	err := i.Target.Sleep(ctx, d)
 	if i.Now().After(i.at) {
 		i.cancel()
 	}
@@ -167,7 +168,7 @@ func TestInterruptRecovers(t *testing.T) {
 	tw := warmTwin(t, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	target := interrupting{TwinTarget: engine.TwinTarget{Twin: tw}, at: tw.Now().Add(2 * time.Minute), cancel: cancel}
+	target := interrupting{Target: twintarget.New(tw), at: tw.Now().Add(2 * time.Minute), cancel: cancel}
 	rec, err := engine.New(engine.Options{Target: target}).Run(ctx, load(t, xid79))
 	if err == nil || !strings.Contains(err.Error(), "interrupted") {
 		t.Fatalf("err = %v, want an interruption", err)
@@ -185,7 +186,7 @@ func TestInterruptRecovers(t *testing.T) {
 func TestSteadyStateBlocksInjection(t *testing.T) {
 	tw := warmTwin(t, 1)
 	exp := load(t, strings.Replace(xid79, "op: \"==\", value: 1", "op: \"==\", value: 0", 1))
-	_, err := engine.New(engine.Options{Target: engine.TwinTarget{Twin: tw}}).Run(context.Background(), exp)
+	_, err := engine.New(engine.Options{Target: twintarget.New(tw)}).Run(context.Background(), exp)
 	if err == nil || !strings.Contains(err.Error(), "does not hold before injection") {
 		t.Fatalf("err = %v", err)
 	}
@@ -276,7 +277,7 @@ spec:
   duration: 5m
   expectations:`+tc.expect+`
 `)
-			rec, err := engine.New(engine.Options{Target: engine.TwinTarget{Twin: tw}, RecoveryWindow: -1}).Run(context.Background(), exp)
+			rec, err := engine.New(engine.Options{Target: twintarget.New(tw), RecoveryWindow: -1}).Run(context.Background(), exp)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -9,10 +9,9 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
+	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // Outcomes of recovering one ledger entry.
@@ -40,26 +39,12 @@ type Recovery struct {
 	Err error `json:"-"`
 }
 
-// Recoverer is what recovering a ledger needs of a target: its name (an
+// Recoverer is what recovering a ledger needs of a target: its kind (an
 // entry is recovered only by the kind of target that recorded it) and its
-// injectors. Every Target is one.
+// injectors. Every target.Target is one.
 type Recoverer interface {
-	Name() string
+	Kind() target.Kind
 	Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error)
-}
-
-// NodeRecoverer recovers what local runs on this node left, from the state
-// directory beside their ledger, without listing the node's GPUs or
-// following its kernel log: recovery must not wait for NVML, nor fail
-// because a driver is gone.
-func NodeRecoverer(stateDir string) Recoverer { return nodeRecoverer{stateDir: stateDir} }
-
-type nodeRecoverer struct{ stateDir string }
-
-func (nodeRecoverer) Name() string { return "local" }
-
-func (r nodeRecoverer) Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error) {
-	return all.Injector(f, m, all.Env{Kmsg: kmsg.Writer{}, StateDir: r.stateDir})
 }
 
 // RecoverPending recovers every injection the ledger still holds (a run
@@ -130,15 +115,15 @@ func (e *PendingError) Error() string {
 }
 
 func recoverEntry(ctx context.Context, t Recoverer, e ledger.Entry) error {
-	if e.Target != t.Name() {
-		return fmt.Errorf("recorded on target %s, not %s", e.Target, t.Name())
+	if e.Target != string(t.Kind()) {
+		return fmt.Errorf("recorded on target %s, not %s", e.Target, t.Kind())
 	}
 	f, ok := catalog.Lookup(e.Fault)
 	if !ok {
 		return fmt.Errorf("fault %s is not in the catalogue", e.Fault)
 	}
 	// What was injected is recovered whatever its risk.
-	mech, err := catalog.ChooseMechanism(f, e.Mechanism, t.Name(), true)
+	mech, err := catalog.ChooseMechanism(f, e.Mechanism, t.Kind().Mechanisms(), true)
 	if err != nil {
 		return err
 	}

@@ -67,3 +67,20 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// Clock is the time base of a run: the twin's virtual clock, whose Sleep
+// advances the simulation, or the wall clock, whose Sleep waits. Sleep
+// returns ctx.Err() early when ctx ends.
+type Clock interface {
+	Now() time.Time
+	Sleep(ctx context.Context, d time.Duration) error
+}
+
+// Wall is the wall clock.
+type Wall struct{}
+
+// Now returns time.Now().
+func (Wall) Now() time.Time { return time.Now() }
+
+// Sleep waits for d of wall time, or until ctx ends.
+func (Wall) Sleep(ctx context.Context, d time.Duration) error { return Sleep(ctx, d) }

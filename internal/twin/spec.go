@@ -257,7 +257,37 @@ func LoadClusterSpec(path string) (ClusterSpec, error) {
 	if err != nil {
 		return ClusterSpec{}, fmt.Errorf("load cluster spec: %w", err)
 	}
-	return ParseClusterSpec(data, path)
+	spec, err := ParseClusterSpec(data, path)
+	if err != nil {
+		if kind := documentKind(data); kind != "" {
+			// An Experiment passed where a cluster spec belongs: say so and
+			// how to run it, rather than list fields a spec does not have.
+			return ClusterSpec{}, fmt.Errorf("%s has kind: %s, not a twin cluster spec: run it with 'gpuchaos run %s' (a cluster spec has name, nodes and jobs; see examples/twin/)", path, kind, path)
+		}
+	}
+	return spec, err
+}
+
+// documentKind returns the kind: of a Kubernetes-style YAML document, or ""
+// when it has none.
+func documentKind(data []byte) string {
+	var head struct {
+		APIVersion string `yaml:"apiVersion"`
+		Kind       string `yaml:"kind"`
+	}
+	if yaml.NewDecoder(bytes.NewReader(data)).Decode(&head) != nil || head.APIVersion == "" {
+		return ""
+	}
+	return head.Kind
+}
+
+// LoadCluster returns the cluster spec at path, or the embedded default
+// when path is empty.
+func LoadCluster(path string) (ClusterSpec, error) {
+	if path == "" {
+		return Default(), nil
+	}
+	return LoadClusterSpec(path)
 }
 
 // ParseClusterSpec parses a YAML cluster spec, rejecting unknown fields,

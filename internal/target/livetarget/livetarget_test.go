@@ -1,4 +1,4 @@
-package engine_test
+package livetarget_test
 
 import (
 	"context"
@@ -10,14 +10,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/engine"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/target/livetarget"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 	"github.com/gpuchaos/gpuchaos/internal/twin/live"
 )
 
 // alertServer answers instant queries like Prometheus would while the
 // alert fires (firing is true) for gpu-node-0: the real server is in
-// internal/e2e, this test checks the wiring of LiveTarget.
+// internal/e2e, this test checks the wiring of the live target.
 func alertServer(t *testing.T, firing *atomic.Bool) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -67,7 +70,8 @@ func TestLiveTarget(t *testing.T) {
 
 	var firing atomic.Bool
 	srv := alertServer(t, &firing)
-	tgt := engine.LiveTarget{Runner: r, Prometheus: srv.URL, Client: srv.Client()}
+	tgt := livetarget.New(r, srv.URL)
+	tgt.Client = srv.Client()
 	e := engine.New(engine.Options{
 		Target: tgt, PollInterval: 100 * time.Millisecond, RecoveryWindow: -1,
 		// The alert starts firing once the fault is in.
@@ -99,7 +103,7 @@ func TestLiveTarget(t *testing.T) {
 
 func TestLiveTargetSleep(t *testing.T) {
 	t.Parallel()
-	var tgt engine.LiveTarget
+	tgt := livetarget.New(nil, "")
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -112,7 +116,17 @@ func TestLiveTargetSleep(t *testing.T) {
 	if err := tgt.Sleep(t.Context(), 20*time.Millisecond); err != nil {
 		t.Errorf("Sleep: %v", err)
 	}
-	if tgt.Name() != "twin" {
-		t.Errorf("Name = %q, want twin so the twin mechanisms apply", tgt.Name())
+	if tgt.Kind() != target.Live || tgt.Kind().Mechanisms() != "twin" {
+		t.Errorf("Kind = %q with mechanisms of %q, want live with the twin's, so the twin mechanisms apply", tgt.Kind(), tgt.Kind().Mechanisms())
 	}
+}
+
+func load(t *testing.T, doc string) *v1alpha1.Experiment {
+	t.Helper()
+	exp, err := v1alpha1.Load([]byte(doc), "test.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp.Default()
+	return exp
 }

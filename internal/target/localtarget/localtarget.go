@@ -1,9 +1,14 @@
-package engine
+// Package localtarget is the local target: experiments on the node
+// gpuchaos runs on, on the wall clock, through the node's own mechanisms
+// (the kernel log, network namespaces, cgroups, child processes) and
+// probes of its kernel log, exporter pages and Prometheus.
+package localtarget
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"regexp"
@@ -20,17 +25,19 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
+	"github.com/gpuchaos/gpuchaos/internal/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/probe/promapi"
 	"github.com/gpuchaos/gpuchaos/internal/probe/scrape"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
-	"github.com/gpuchaos/gpuchaos/internal/xid"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/tick"
 	"github.com/gpuchaos/gpuchaos/internal/xidwatch"
 )
 
-// LocalOptions configure StartLocal. Zero values take the documented
+// Options configure Start. Zero values take the documented
 // defaults.
-type LocalOptions struct {
+type Options struct {
 	// Source lists this node's GPUs; required. The target does not close
 	// it.
 	Source gpu.Source
@@ -59,7 +66,7 @@ type LocalOptions struct {
 	// read. Each series carries its page's instance label.
 	MoreExporters []string
 	// ScrapeInterval is how often the pages are scraped in the background
-	// from StartLocal to Close, as a Prometheus would, so that the job's
+	// from Start to Close, as a Prometheus would, so that the job's
 	// rate before injection is known (the workload checks' baseline);
 	// default 1s, negative scrapes only when a probe observes.
 	ScrapeInterval time.Duration
@@ -80,6 +87,9 @@ type LocalOptions struct {
 	// tell on its own which processes form a job. A rank without a Node
 	// is put on this node.
 	Jobs []inventory.Job
+	// Logger receives the target's and its injectors' logs; nil discards
+	// them.
+	Logger *slog.Logger
 	// JobNames are jobs found at each inventory by their processes:
 	// every process whose environment has GPUCHAOS_JOB set to the name
 	// and a RANK is a rank, on the GPU its LOCAL_RANK names (its RANK
@@ -90,12 +100,12 @@ type LocalOptions struct {
 // DefaultExporter is where the gpuchaos agent serves by default.
 const DefaultExporter = "http://127.0.0.1:9400/metrics"
 
-// LocalTarget runs experiments on the node it runs on, on the wall clock.
+// Target runs experiments on the node it runs on, on the wall clock.
 // Faults go through the node's mechanisms (the kernel-log mechanism writes
 // to /dev/kmsg); probes read the real kernel log, which the target follows
-// from StartLocal until Close, or ask a Prometheus server.
-type LocalTarget struct {
-	opts  LocalOptions
+// from Start until Close, or ask a Prometheus server.
+type Target struct {
+	opts  Options
 	host  string
 	devs  []gpu.Device
 	watch *xidwatch.Watcher
@@ -103,12 +113,17 @@ type LocalTarget struct {
 	// metric probe so one observation round costs one fetch.
 	metrics *scrape.Store
 	// coll traces collectives for the collective-trace detector; nil
-	// without LocalOptions.Collectives.
+	// without Options.Collectives.
 	coll *colltrace.Tracer
 	// started is when the history begins; stopScrape ends the background
 	// scrapes and waits for them.
 	started    time.Time
 	stopScrape func()
+	// ledger and closeMore are set by Open: the journal it recovered and
+	// what it opened besides the target.
+	ledger     ledger.Ledger
+	ledgerPath string
+	closeMore  func() error
 
 	mu    sync.Mutex
 	lines []logLine // ring of recent records, oldest first once full
@@ -120,9 +135,9 @@ type logLine struct {
 	text string
 }
 
-// StartLocal lists the node's GPUs and starts following the kernel log at
+// Start lists the node's GPUs and starts following the kernel log at
 // its end. Reading /dev/kmsg needs root or CAP_SYSLOG. Close stops it.
-func StartLocal(ctx context.Context, opts LocalOptions) (*LocalTarget, error) {
+func Start(ctx context.Context, opts Options) (*Target, error) {
 	if opts.Source == nil {
 		return nil, errors.New("start local target: no gpu source")
 	}
@@ -134,6 +149,9 @@ func StartLocal(ctx context.Context, opts LocalOptions) (*LocalTarget, error) {
 	}
 	if opts.LogHistory <= 0 {
 		opts.LogHistory = 4096
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	host := opts.Hostname
 	if host == "" {
@@ -164,7 +182,7 @@ func StartLocal(ctx context.Context, opts LocalOptions) (*LocalTarget, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start local target: %w", err)
 	}
-	t := &LocalTarget{opts: opts, host: host, devs: devs, metrics: store, started: time.Now(), stopScrape: func() {}}
+	t := &Target{opts: opts, host: host, devs: devs, metrics: store, started: time.Now(), stopScrape: func() {}}
 	f, err := kmsg.Open(opts.Kmsg)
 	if err != nil {
 		return nil, fmt.Errorf("start local target: %w", err)
@@ -173,7 +191,7 @@ func StartLocal(ctx context.Context, opts LocalOptions) (*LocalTarget, error) {
 	// see the same records in the same order.
 	t.watch, err = xidwatch.Start(ctx, xidwatch.Options{
 		Source:  teeSource{f: f, tap: t.keep},
-		Resolve: GPUResolver(devs),
+		Resolve: xidwatch.GPUResolver(devs),
 	})
 	if err != nil {
 		f.Close()
@@ -216,23 +234,39 @@ func scrapeEvery(ctx context.Context, s *scrape.Store, d time.Duration) (stop fu
 }
 
 // HistorySince is when the target began recording the pages' history.
-func (t *LocalTarget) HistorySince() time.Time { return t.started }
+func (t *Target) HistorySince() time.Time { return t.started }
 
-// Close stops following the kernel log, scraping and tracing collectives.
-func (t *LocalTarget) Close() error {
+// Close stops following the kernel log, scraping and tracing collectives,
+// and closes what Open opened (the GPU source, the ledger).
+func (t *Target) Close() error {
 	t.stopScrape()
 	err := t.watch.Stop()
 	if t.coll != nil {
 		err = errors.Join(err, t.coll.Close())
 	}
+	if t.closeMore != nil {
+		err = errors.Join(err, t.closeMore())
+	}
 	return err
 }
 
+// Settings polls every second and skips the wait for detectors to clear: a
+// kernel log line never leaves the log, so kmsg-xid cannot clear, and
+// waiting would only wait out the window. The ledger is the one Open
+// recovered.
+func (t *Target) Settings() target.Settings {
+	return target.Settings{PollInterval: time.Second, RecoveryWindow: -1, Ledger: t.ledger, LedgerPath: t.ledgerPath}
+}
+
+// Prepare does nothing: the node is what it is; workload checks wait for
+// their baseline in the engine (HistorySince).
+func (*Target) Prepare(context.Context) error { return nil }
+
 // Watcher returns the XID watcher over the node's kernel log.
-func (t *LocalTarget) Watcher() *xidwatch.Watcher { return t.watch }
+func (t *Target) Watcher() *xidwatch.Watcher { return t.watch }
 
 // keep stores a record for log probes; the watcher's goroutine calls it.
-func (t *LocalTarget) keep(r kmsg.Record) {
+func (t *Target) keep(r kmsg.Record) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.lines) == t.opts.LogHistory {
@@ -257,39 +291,20 @@ func (s teeSource) Run(ctx context.Context, fn func(kmsg.Record)) error {
 
 func (s teeSource) Lost() uint64 { return s.f.Lost() }
 
-// GPUResolver maps a kernel-form bus id (0000:18:00) to the GPU of devs on
-// that bus, for an XID watcher.
-func GPUResolver(devs []gpu.Device) xidwatch.Resolver {
-	byBus := map[string]gpu.Device{}
-	for _, d := range devs {
-		if p, ok := xid.NormalizePCI(d.PCI); ok {
-			byBus[p] = d
-		}
-	}
-	return func(pci string) (int, string, bool) {
-		p, ok := xid.NormalizePCI(pci)
-		if !ok {
-			return 0, "", false
-		}
-		d, ok := byBus[p]
-		return d.Index, d.UUID, ok
-	}
-}
-
-// Name returns "local".
-func (*LocalTarget) Name() string { return "local" }
+// Kind returns target.Local.
+func (*Target) Kind() target.Kind { return target.Local }
 
 // Now returns the wall-clock time.
-func (*LocalTarget) Now() time.Time { return time.Now() }
+func (*Target) Now() time.Time { return time.Now() }
 
 // Sleep waits for d of wall time, returning ctx.Err() early when ctx ends.
-func (*LocalTarget) Sleep(ctx context.Context, d time.Duration) error {
-	return LiveTarget{}.Sleep(ctx, d)
+func (*Target) Sleep(ctx context.Context, d time.Duration) error {
+	return tick.Sleep(ctx, d)
 }
 
 // Inventory returns one node, named by the hostname, with the GPUs the
-// source listed at start, and the jobs LocalOptions.Jobs declares.
-func (t *LocalTarget) Inventory(ctx context.Context) (inventory.Inventory, error) {
+// source listed at start, and the jobs Options.Jobs declares.
+func (t *Target) Inventory(ctx context.Context) (inventory.Inventory, error) {
 	n := inventory.Node{Name: t.host}
 	for _, d := range t.devs {
 		n.GPUs = append(n.GPUs, inventory.GPU{Index: d.Index, UUID: d.UUID, PCI: d.PCI, Model: d.Name})
@@ -337,13 +352,13 @@ func (t *LocalTarget) Inventory(ctx context.Context) (inventory.Inventory, error
 // Injector returns the node's injector for the mechanism: the kernel-log
 // mechanism writes through the target's kernel log writer; mechanisms
 // without an injector in this build say so.
-func (t *LocalTarget) Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error) {
-	return all.Injector(f, m, all.Env{Kmsg: t.opts.Writer, StateDir: t.opts.StateDir, GPUNode: t.gpuNode})
+func (t *Target) Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error) {
+	return all.Injector(f, m, all.Env{Kmsg: t.opts.Writer, StateDir: t.opts.StateDir, GPUNode: t.gpuNode, Logger: t.opts.Logger})
 }
 
 // gpuNode returns the NUMA node NVML (or sysfs) reported for GPU index at
 // start, -1 when unknown.
-func (t *LocalTarget) gpuNode(_ context.Context, index int) (int, error) {
+func (t *Target) gpuNode(_ context.Context, index int) (int, error) {
 	for _, d := range t.devs {
 		if d.Index == index {
 			return d.NUMANode, nil
@@ -357,7 +372,7 @@ func (t *LocalTarget) gpuNode(_ context.Context, index int) (int, error) {
 // threshold probe or built-in detector over the exporter's page (the
 // agent's by default), which the target scrapes at each observation and
 // keeps a history of, as a Prometheus would.
-func (t *LocalTarget) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, error) {
+func (t *Target) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, error) {
 	switch {
 	case spec.Prometheus != nil:
 		return promapi.FromSpec(name, *spec.Prometheus, t.opts.Prometheus, t.opts.Client)
@@ -394,7 +409,7 @@ func (t *LocalTarget) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, 
 // the log window.
 type localLogProbe struct {
 	name string
-	t    *LocalTarget
+	t    *Target
 	re   *regexp.Regexp
 }
 

@@ -1,4 +1,4 @@
-package engine
+package localtarget
 
 import (
 	"context"
@@ -14,11 +14,13 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/engine"
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
+	"github.com/gpuchaos/gpuchaos/internal/target"
 )
 
 // fakeGPUs is a gpu.Source of four GPUs on made-up buses; only Devices is
@@ -53,19 +55,19 @@ func needKmsg(t *testing.T) {
 	}
 }
 
-func startLocal(t *testing.T) *LocalTarget {
+func startLocal(t *testing.T) *Target {
 	t.Helper()
-	return startLocalWith(t, LocalOptions{})
+	return startLocalWith(t, Options{})
 }
 
 // startLocalWith starts a local target over fakeGPUs named node-a, with
 // opts otherwise, and closes it when the test ends.
-func startLocalWith(t *testing.T, opts LocalOptions) *LocalTarget {
+func startLocalWith(t *testing.T, opts Options) *Target {
 	t.Helper()
 	opts.Source, opts.Hostname = fakeGPUs{}, "node-a"
-	lt, err := StartLocal(t.Context(), opts)
+	lt, err := Start(t.Context(), opts)
 	if err != nil {
-		t.Fatalf("StartLocal: %v", err)
+		t.Fatalf("Start: %v", err)
 	}
 	t.Cleanup(func() {
 		if err := lt.Close(); err != nil {
@@ -112,7 +114,7 @@ func TestLocalTargetRunsKernelLogXID(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	eng := New(Options{Target: lt, Ledger: l, PollInterval: 250 * time.Millisecond, RecoveryWindow: -1})
+	eng := engine.New(engine.Options{Target: lt, Ledger: l, PollInterval: 250 * time.Millisecond, RecoveryWindow: -1})
 	start := time.Now()
 	rec, err := eng.Run(t.Context(), exp)
 	if err != nil {
@@ -125,7 +127,7 @@ func TestLocalTargetRunsKernelLogXID(t *testing.T) {
 		t.Fatalf("injections = %+v, want one on node-a gpu 3", got)
 	}
 	for _, v := range rec.Verdicts {
-		if v.Verdict != Pass || v.TTDSeconds == nil {
+		if v.Verdict != engine.Pass || v.TTDSeconds == nil {
 			t.Errorf("%s: verdict %s (%s), want pass", v.Name, v.Verdict, v.Detail)
 			continue
 		}
@@ -186,7 +188,7 @@ func TestLocalTargetProbes(t *testing.T) {
 
 func TestLocalLogProbeWindow(t *testing.T) {
 	needKmsg(t)
-	lt := startLocalWith(t, LocalOptions{LogWindow: 300 * time.Millisecond})
+	lt := startLocalWith(t, Options{LogWindow: 300 * time.Millisecond})
 	marker := fmt.Sprintf("gpuchaos local log probe test %d", time.Now().UnixNano())
 	p, err := lt.Probe("marker", v1alpha1.ProbeSpec{Log: &v1alpha1.LogProbe{Pattern: marker}})
 	if err != nil {
@@ -238,12 +240,12 @@ func TestLocalRunInterruptedRecovers(t *testing.T) {
 	// Ctrl-C half a second into the three-second fault window.
 	ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
 	defer cancel()
-	eng := New(Options{Target: lt, Ledger: l, PollInterval: 100 * time.Millisecond, RecoveryWindow: -1})
+	eng := engine.New(engine.Options{Target: lt, Ledger: l, PollInterval: 100 * time.Millisecond, RecoveryWindow: -1})
 	rec, err := eng.Run(ctx, exp)
 	if err == nil || !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		t.Fatalf("Run = %v, want an interruption", err)
 	}
-	if rec == nil || !slices.ContainsFunc(rec.Timeline, func(ev Event) bool { return ev.Kind == "recover" }) {
+	if rec == nil || !slices.ContainsFunc(rec.Timeline, func(ev engine.Event) bool { return ev.Kind == "recover" }) {
 		t.Fatalf("no recover event in the interrupted run's timeline: %+v", rec)
 	}
 	reopened, err := ledger.Open(path)
@@ -269,32 +271,8 @@ func TestLocalTargetInventory(t *testing.T) {
 	if g := inv.Nodes[0].GPUs[3]; g.Index != 3 || g.PCI != "00000000:C4:00.0" || g.UUID == "" {
 		t.Errorf("gpu 3 = %+v", g)
 	}
-	if lt.Name() != "local" {
-		t.Errorf("Name = %q, want local", lt.Name())
-	}
-}
-
-func TestGPUResolver(t *testing.T) {
-	devs, _ := fakeGPUs{}.Devices(context.Background())
-	resolve := GPUResolver(devs)
-	tests := []struct {
-		pci  string
-		want int
-		ok   bool
-	}{
-		{"0000:c4:00", 3, true},
-		{"0000:C1:00", 0, true},
-		{"00000000:C2:00.0", 1, true},
-		{"0000:18:00", 0, false},
-		{"garbage", 0, false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.pci, func(t *testing.T) {
-			idx, _, ok := resolve(tc.pci)
-			if ok != tc.ok || ok && idx != tc.want {
-				t.Errorf("resolve(%q) = %d, %v; want %d, %v", tc.pci, idx, ok, tc.want, tc.ok)
-			}
-		})
+	if lt.Kind() != target.Local {
+		t.Errorf("Kind = %q, want local", lt.Kind())
 	}
 }
 
@@ -359,11 +337,11 @@ func TestRecoverPendingAfterSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	lt := startLocal(t)
-	got, err := RecoverPending(t.Context(), lt, l)
+	got, err := engine.RecoverPending(t.Context(), lt, l)
 	if err != nil {
 		t.Fatalf("RecoverPending: %v", err)
 	}
-	if len(got) != 1 || got[0].Entry.Key != "killed/0/node-a/gpu3" || got[0].Status != Recovered {
+	if len(got) != 1 || got[0].Entry.Key != "killed/0/node-a/gpu3" || got[0].Status != engine.Recovered {
 		t.Fatalf("recovered %+v, want the killed run's entry", got)
 	}
 	if want := "hardware.xid on gpu 3 on node node-a"; got[0].What != want {
@@ -400,11 +378,11 @@ func TestRecoverPendingKeepsWhatItCannotRecover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := RecoverPending(ctx, lt, l)
+	got, err := engine.RecoverPending(ctx, lt, l)
 	if err != nil {
 		t.Fatalf("RecoverPending: %v", err)
 	}
-	wantStatus := map[string]string{"ok": Recovered, "other-target": StillPending, "unknown-fault": StillPending, "unknown-mechanism": StillPending}
+	wantStatus := map[string]string{"ok": engine.Recovered, "other-target": engine.StillPending, "unknown-fault": engine.StillPending, "unknown-mechanism": engine.StillPending}
 	wantWhy := map[string]string{"other-target": "target twin", "unknown-fault": "not in the catalogue", "unknown-mechanism": "no mechanism teleport"}
 	if len(got) != len(entries) {
 		t.Fatalf("got %d outcomes, want one per entry: %+v", len(got), got)
@@ -414,7 +392,7 @@ func TestRecoverPendingKeepsWhatItCannotRecover(t *testing.T) {
 			t.Errorf("%s: %s (%s), want %s saying %q", r.Entry.Key, r.Status, r.Detail, wantStatus[r.Entry.Key], wantWhy[r.Entry.Key])
 		}
 	}
-	pe := &PendingError{Ledger: "L", Entries: StillPendingIn(got)}
+	pe := &engine.PendingError{Ledger: "L", Entries: engine.StillPendingIn(got)}
 	for _, want := range []string{"3 injection(s) still pending in ledger L", "other-target", "unknown-fault", "unknown-mechanism", "gpuchaos recover --ledger L"} {
 		if !strings.Contains(pe.Error(), want) {
 			t.Errorf("pending error %q does not say %q", pe.Error(), want)

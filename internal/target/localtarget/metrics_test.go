@@ -1,4 +1,4 @@
-package engine
+package localtarget
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/agent"
+	"github.com/gpuchaos/gpuchaos/internal/engine"
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
@@ -65,7 +66,7 @@ func TestLocalTargetMetricProbeOnAgent(t *testing.T) {
 	}
 	a.Collect(ctx)
 	w, err := xidwatch.Start(ctx, xidwatch.Options{
-		Resolve: GPUResolver(a.Devices()),
+		Resolve: xidwatch.GPUResolver(a.Devices()),
 		OnXID:   func(ev xidwatch.Event) { a.RecordXID(ev.GPU, ev.Code) },
 	})
 	if err != nil {
@@ -80,22 +81,22 @@ func TestLocalTargetMetricProbeOnAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	exp.Default()
-	lt := startLocalWith(t, LocalOptions{Exporter: srv.URL + "/metrics"})
+	lt := startLocalWith(t, Options{Exporter: srv.URL + "/metrics"})
 	l, err := ledger.Open(filepath.Join(t.TempDir(), "ledger.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	eng := New(Options{Target: lt, Ledger: l, PollInterval: 250 * time.Millisecond, RecoveryWindow: -1})
+	eng := engine.New(engine.Options{Target: lt, Ledger: l, PollInterval: 250 * time.Millisecond, RecoveryWindow: -1})
 	rec, err := eng.Run(ctx, exp)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if rec.Error != "" {
-		t.Fatalf("run error: %s", rec.Error)
+	if rec.Err != nil {
+		t.Fatalf("run error: %v", rec.Err)
 	}
 	for _, v := range rec.Verdicts {
-		if v.Verdict != Pass || v.TTDSeconds == nil {
+		if v.Verdict != engine.Pass || v.TTDSeconds == nil {
 			t.Errorf("%s: verdict %s (%s), want pass", v.Name, v.Verdict, v.Detail)
 			continue
 		}

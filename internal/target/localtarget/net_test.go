@@ -1,4 +1,4 @@
-package engine
+package localtarget
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/engine"
 	"github.com/gpuchaos/gpuchaos/internal/fault/procfault"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/trafficctl"
@@ -68,7 +69,7 @@ spec:
 	}
 	exp.Default()
 	state := t.TempDir()
-	lt := startLocalWith(t, LocalOptions{StateDir: state})
+	lt := startLocalWith(t, Options{StateDir: state})
 	l, err := ledger.Open(filepath.Join(t.TempDir(), "ledger.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -79,8 +80,8 @@ spec:
 		during  trafficctl.Snapshot
 		snapErr error
 	)
-	eng := New(Options{Target: lt, Ledger: l, PollInterval: 250 * time.Millisecond, RecoveryWindow: -1,
-		OnEvent: func(ev Event) {
+	eng := engine.New(engine.Options{Target: lt, Ledger: l, PollInterval: 250 * time.Millisecond, RecoveryWindow: -1,
+		OnEvent: func(ev engine.Event) {
 			if ev.Kind == "inject" {
 				mu.Lock()
 				during, snapErr = trafficctl.Take(ctx, tgt)
@@ -91,8 +92,8 @@ spec:
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if rec.Error != "" {
-		t.Fatalf("run error: %s", rec.Error)
+	if rec.Err != nil {
+		t.Fatalf("run error: %v", rec.Err)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -1,4 +1,4 @@
-package engine
+package localtarget
 
 import (
 	"bufio"
@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/engine"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
@@ -298,9 +299,9 @@ func (j *job) lastStep(n int) int {
 
 // localFor starts a local target that knows the job and scrapes its
 // supervisor and ranks.
-func localFor(t *testing.T, j *job, stateDir string) *LocalTarget {
+func localFor(t *testing.T, j *job, stateDir string) *Target {
 	t.Helper()
-	return startLocalWith(t, LocalOptions{
+	return startLocalWith(t, Options{
 		StateDir: stateDir, Exporter: j.supURL, MoreExporters: j.rankURL[:],
 		// A stopped rank accepts connections but never answers; a short
 		// timeout keeps every observation round short.
@@ -340,14 +341,14 @@ spec:
 
 // runEngine runs exp on lt with a ledger in dir and fails on any run
 // error.
-func runEngine(t *testing.T, lt *LocalTarget, exp *v1alpha1.Experiment, ledgerPath string) *Record {
+func runEngine(t *testing.T, lt *Target, exp *v1alpha1.Experiment, ledgerPath string) *engine.Record {
 	t.Helper()
 	l, err := ledger.Open(ledgerPath)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	eng := New(Options{Target: lt, Ledger: l, PollInterval: 250 * time.Millisecond, RecoveryWindow: -1})
+	eng := engine.New(engine.Options{Target: lt, Ledger: l, PollInterval: 250 * time.Millisecond, RecoveryWindow: -1})
 	rec, err := eng.Run(t.Context(), exp)
 	if err != nil {
 		t.Fatalf("engine run %s: %v", exp.Metadata.Name, err)
@@ -357,7 +358,7 @@ func runEngine(t *testing.T, lt *LocalTarget, exp *v1alpha1.Experiment, ledgerPa
 
 // logRates logs the job's scraped step rates around the injection, to
 // tell a wrong verdict from a job that really stalled.
-func logRates(t *testing.T, lt *LocalTarget, rec *Record) {
+func logRates(t *testing.T, lt *Target, rec *engine.Record) {
 	t.Helper()
 	t0 := rec.InjectedAt.UnixMilli()
 	lt.metrics.With(func() {
@@ -374,20 +375,20 @@ func logRates(t *testing.T, lt *LocalTarget, rec *Record) {
 }
 
 // verdictOf returns the verdict named name.
-func verdictOf(rec *Record, name string) Verdict {
+func verdictOf(rec *engine.Record, name string) engine.Verdict {
 	for _, v := range rec.Verdicts {
 		if v.Name == name {
 			return v
 		}
 	}
-	return Verdict{Name: name, Verdict: "absent"}
+	return engine.Verdict{Name: name, Verdict: "absent"}
 }
 
 // passed checks every verdict passed and logs its time to detect.
-func passed(t *testing.T, rec *Record) {
+func passed(t *testing.T, rec *engine.Record) {
 	t.Helper()
 	for _, v := range rec.Verdicts {
-		if v.Verdict != Pass || v.TTDSeconds == nil {
+		if v.Verdict != engine.Pass || v.TTDSeconds == nil {
 			t.Errorf("%s: verdict %s (%s), want pass", v.Name, v.Verdict, v.Detail)
 			continue
 		}
@@ -408,7 +409,7 @@ func mechanismOf(t *testing.T, f *catalog.Fault, name string) *catalog.Mechanism
 }
 
 // injector returns the local target's injector of fault id.
-func injector(t *testing.T, lt *LocalTarget, id string) fault.Injector {
+func injector(t *testing.T, lt *Target, id string) fault.Injector {
 	t.Helper()
 	f, ok := catalog.Lookup(id)
 	if !ok {
@@ -824,8 +825,8 @@ func recoverPending(t *testing.T, j *job, state, ledgerPath string) {
 	if err != nil || len(pending) != 1 {
 		t.Fatalf("pending injections after the kill: %+v, %v; want one", pending, err)
 	}
-	done, err := RecoverPending(t.Context(), lt, l)
-	if err != nil || len(done) != 1 || done[0].Status != Recovered {
+	done, err := engine.RecoverPending(t.Context(), lt, l)
+	if err != nil || len(done) != 1 || done[0].Status != engine.Recovered {
 		t.Fatalf("RecoverPending = %+v, %v; want the one injection recovered", done, err)
 	}
 	if left, err := l.Pending(t.Context()); err != nil || len(left) != 0 {
@@ -863,7 +864,7 @@ func TestWorkloadInjectorHelper(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	eng := New(Options{Target: lt, Ledger: l, PollInterval: time.Second, RecoveryWindow: -1, OnEvent: func(ev Event) {
+	eng := engine.New(engine.Options{Target: lt, Ledger: l, PollInterval: time.Second, RecoveryWindow: -1, OnEvent: func(ev engine.Event) {
 		if ev.Kind == "inject" {
 			_ = os.WriteFile(cfg.Ready, []byte(ev.Name+"\n"), 0o644)
 		}
