@@ -27,6 +27,13 @@ type Source interface {
 	Logs() []series.LogLine
 }
 
+// EvalEveryer is a Source that says how often rules over it are evaluated,
+// overriding their groups' intervals: the local target evaluates them
+// itself, as often as it scrapes.
+type EvalEveryer interface {
+	EvalEvery() time.Duration
+}
+
 // engine is the PromQL engine every alert probe shares; it is safe for
 // concurrent use and holds no state between queries.
 var engine = sync.OnceValue(func() *promql.Engine { return promeval.NewEngine(EvalInterval) })
@@ -115,12 +122,17 @@ func (p *alertProbe) watch(now time.Time) (*promeval.Watch, error) {
 	if step <= 0 {
 		step = EvalInterval
 	}
+	opts := promeval.Options{Engine: engine(), Interval: EvalInterval}
+	if e, ok := p.src.(EvalEveryer); ok && e.EvalEvery() > 0 {
+		step = e.EvalEvery()
+		opts.Every = step
+	}
 	start := now.Add(-(p.rule.For + p.rule.KeepFiringFor + step))
 	src, err := seriesOf(p.src, p.rule, p.set)
 	if err != nil {
 		return nil, fmt.Errorf("alert probe %s: %w", p.name, err)
 	}
-	return promeval.NewWatch(p.rule, p.set, src, start, promeval.Options{Engine: engine(), Interval: EvalInterval})
+	return promeval.NewWatch(p.rule, p.set, src, start, opts)
 }
 
 // selected presents the series of a few metrics of a Source as the list

@@ -39,6 +39,11 @@ type Options struct {
 	// Interval is the evaluation interval of groups whose rules have
 	// Interval 0; zero means DefaultInterval.
 	Interval time.Duration
+	// Every, when positive, is the evaluation interval of every group,
+	// whatever its own: for a target that evaluates rules itself as often
+	// as it scrapes (the local node), where a 15 s group interval would
+	// only add up to 15 s to every detection.
+	Every time.Duration
 }
 
 func (o Options) interval() time.Duration {
@@ -253,6 +258,9 @@ func newEvaluator(set *rules.Set, src Source, start time.Time, opts Options, onl
 		iv := r.Interval
 		if iv <= 0 {
 			iv = opts.interval()
+		}
+		if opts.Every > 0 {
+			iv = opts.Every
 		}
 		k := [2]string{r.Source, r.Group}
 		g := groups[k]

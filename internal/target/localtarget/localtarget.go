@@ -392,7 +392,11 @@ func (t *Target) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, error
 		}
 		return colltrace.NewProbe(name, t.coll, colltrace.ProbeOptions{Node: t.host}), nil
 	case spec.Detector != "", spec.Threshold != nil, spec.Workload != nil:
-		p, err := probe.FromSpec(name, spec, t.metrics)
+		every := t.opts.ScrapeInterval
+		if every <= 0 {
+			every = time.Second
+		}
+		p, err := probe.FromSpec(name, spec, evalEvery{t.metrics, every})
 		if err != nil {
 			return nil, fmt.Errorf("probe %s: %w", name, err)
 		}
@@ -432,3 +436,13 @@ func (p *localLogProbe) Observe(ctx context.Context) (probe.Observation, error) 
 	}
 	return probe.Observation{}, nil
 }
+
+// evalEvery is the scraped history as rule probes read it: the target
+// evaluates rules as often as it scrapes, not on the rule groups' 15 s, which
+// would only delay every detection on a node that has no Prometheus.
+type evalEvery struct {
+	*scrape.Store
+	every time.Duration
+}
+
+func (e evalEvery) EvalEvery() time.Duration { return e.every }

@@ -383,7 +383,7 @@ func TestRecoverPendingKeepsWhatItCannotRecover(t *testing.T) {
 		t.Fatalf("RecoverPending: %v", err)
 	}
 	wantStatus := map[string]string{"ok": engine.Recovered, "other-target": engine.StillPending, "unknown-fault": engine.StillPending, "unknown-mechanism": engine.StillPending}
-	wantWhy := map[string]string{"other-target": "target twin", "unknown-fault": "not in the catalogue", "unknown-mechanism": "no mechanism teleport"}
+	wantWhy := map[string]string{"other-target": "target twin", "unknown-fault": "not in the catalogue", "unknown-mechanism": `"teleport" is not a mechanism of hardware.xid`}
 	if len(got) != len(entries) {
 		t.Fatalf("got %d outcomes, want one per entry: %+v", len(got), got)
 	}
