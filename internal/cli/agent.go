@@ -81,7 +81,7 @@ Ctrl-C.`,
 	f.BoolVar(&fl.twin, "twin", false, "read a simulated node of the digital twin instead of NVML")
 	f.IntVar(&fl.twinGPUs, "twin-gpus", 2, "GPUs of the simulated node (with --twin)")
 	f.Uint64Var(&fl.seed, "seed", 1, "seed of the twin (with --twin)")
-	f.BoolVarP(&fl.verbose, "verbose", "v", false, "log state changes to stderr")
+	f.BoolVarP(&fl.verbose, "verbose", "v", false, "log state changes to stderr (the same as --log-level info)")
 	f.BoolVar(&fl.noXID, "no-xid-watch", false, "do not follow the kernel log for XID errors")
 	f.StringVar(&fl.kmsgPath, "kmsg", kmsg.DefaultPath, "kernel log device to follow for XID errors")
 	return cmd
@@ -96,9 +96,10 @@ func (fl agentFlags) run(cmd *cobra.Command) error {
 	}
 	ctx, cancel := context.WithCancel(cmd.Context())
 	defer cancel()
-	log := slog.New(slog.DiscardHandler)
-	if fl.verbose {
-		log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+	log := logger(cmd)
+	if fl.verbose && !log.Enabled(ctx, slog.LevelInfo) {
+		// --verbose predates --log-level: it asks for info.
+		log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	}
 
 	var (
@@ -112,7 +113,7 @@ func (fl agentFlags) run(cmd *cobra.Command) error {
 			Nodes: twin.NodesSpec{Count: 1, GPUsPerNode: fl.twinGPUs, Model: "H200", NUMASockets: 1},
 			Jobs:  []twin.JobSpec{{Name: "llm-pretrain", GPUs: "all"}},
 		}
-		r, err := live.New(ctx, live.Options{Twin: twin.Options{Spec: spec, Seed: fl.seed}, Warmup: 2 * time.Minute, Logger: log})
+		r, err := live.New(ctx, live.Options{Twin: twin.Options{Spec: spec, Seed: fl.seed}, Warmup: 2 * time.Minute, Logger: log.With("component", "live-twin")})
 		if err != nil {
 			return failed(fmt.Errorf("agent: start the twin: %w", err))
 		}
@@ -132,7 +133,7 @@ func (fl agentFlags) run(cmd *cobra.Command) error {
 
 	a, err := agent.New(ctx, agent.Options{
 		Source: src, SourceName: srcName, Interval: fl.interval, NUMAInterval: fl.numa,
-		Hostname: fl.hostname, Version: buildVersion(), Logger: log,
+		Hostname: fl.hostname, Version: buildVersion(), Logger: log.With("component", "agent"),
 	})
 	if err != nil {
 		return failed(err)

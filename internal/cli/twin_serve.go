@@ -61,7 +61,7 @@ func (fl twinServeFlags) run(cmd *cobra.Command) error {
 	if err := twin.CheckWarmup("--warmup", fl.warmup); err != nil {
 		return err
 	}
-	opts := live.Options{Twin: twin.Options{Seed: fl.seed}, Speed: fl.speed, Warmup: fl.warmup}
+	opts := live.Options{Twin: twin.Options{Seed: fl.seed}, Speed: fl.speed, Warmup: fl.warmup, Logger: logger(cmd).With("component", "live-twin")}
 	if fl.cluster != "" {
 		spec, err := loadCluster(fl.cluster)
 		if err != nil {

@@ -276,6 +276,9 @@ func (e *Engine) Plan(ctx context.Context, exp *v1alpha1.Experiment) (*Plan, err
 	}
 	slices.Sort(plan.Nodes)
 	plan.GPUs = len(gpus)
+	for _, in := range plan.Injections {
+		e.log.Debug("planned", "experiment", plan.Experiment, "fault", in.Fault, "mechanism", in.Mechanism, "target", refKey(in.Ref), "params", in.Params)
+	}
 	return plan, ctx.Err()
 }
 
@@ -531,7 +534,6 @@ func (e *Engine) inject(ctx context.Context, rec *Record, plan *Plan) []Injectio
 			return done
 		}
 		e.event(rec, "inject", in.Fault, refKey(in.Ref))
-		e.log.Info("injected", "fault", in.Fault, "target", refKey(in.Ref), "mechanism", in.Mechanism)
 	}
 	return done
 }
@@ -604,6 +606,7 @@ func (e *Engine) judge(ctx context.Context, rec *Record, plan *Plan, x *expectat
 		return nil
 	}
 	obs, err := x.probe.Observe(ctx)
+	e.log.Debug("observe", "expectation", x.name, "holds", obs.Holds, "detail", obs.Detail, "err", err)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -749,6 +752,11 @@ func (e *Engine) event(rec *Record, kind, name, detail string) {
 		ev.Offset = now.Sub(rec.InjectedAt).Seconds()
 	}
 	rec.Timeline = append(rec.Timeline, ev)
+	level := slog.LevelInfo
+	if kind == "error" {
+		level = slog.LevelError
+	}
+	e.log.Log(context.Background(), level, kind, "experiment", rec.Experiment.Metadata.Name, "name", name, "detail", detail, "offset_seconds", ev.Offset)
 	if e.opts.OnEvent != nil {
 		e.opts.OnEvent(ev)
 	}
