@@ -76,9 +76,3 @@ type Probe interface {
 	Name() string
 	Observe(ctx context.Context) (Observation, error)
 }
-
-// Clock is the time base probes read: the twin's virtual clock or the wall
-// clock.
-type Clock interface {
-	Now() time.Time
-}
