@@ -100,7 +100,7 @@ on a bad file or flag.`,
 				Seed: seed, Cluster: cluster, Warmup: warmup, Listen: listen, Settle: settle,
 				Prometheus: promURL, Ledger: ledgerPath, Exporters: local.exporters, Jobs: local.jobs,
 				ScrapeInterval: local.scrapeInterval, TraceLib: local.traceLib, TracePIDs: local.tracePIDs,
-				DryRun: dryRun, Notes: notes, Logger: logger(cmd),
+				DryRun: dryRun, Notes: notes, Warn: cmd.ErrOrStderr(), Logger: logger(cmd),
 			}
 			if target.Kind(targetName) == target.Local && cfg.Ledger == "" && !dryRun {
 				if cfg.Ledger, err = defaultLedger(); err != nil {

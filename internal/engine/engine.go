@@ -232,9 +232,6 @@ func (e *Engine) Plan(ctx context.Context, exp *v1alpha1.Experiment) (*Plan, err
 		if err != nil {
 			return nil, fmt.Errorf("%s.mechanism: %w", path, err)
 		}
-		if m.Safety == catalog.SafetyHardwareRisk && !exp.Spec.AllowHardwareRisk {
-			return nil, fmt.Errorf("%s.mechanism: %s of %s is hardware-risk; set spec.allowHardwareRisk to run it", path, m.Name, f.ID)
-		}
 		raw := map[string]string{}
 		for k, v := range fs.Params {
 			raw[k] = string(v)
@@ -290,17 +287,7 @@ func (e *Engine) mechanism(f *catalog.Fault, name string, allowRisk bool) (*cata
 	return catalog.ChooseMechanism(f, name, e.opts.Target.Kind().Mechanisms(), allowRisk)
 }
 
-func refKey(r inventory.Ref) string {
-	switch r.Kind {
-	case catalog.ScopeGPU:
-		return r.Node + "/gpu" + strconv.Itoa(r.GPU)
-	case catalog.ScopeRank:
-		return r.Job + "/rank" + strconv.Itoa(r.Rank)
-	case catalog.ScopeJob:
-		return r.Job
-	}
-	return r.Node
-}
+func refKey(r inventory.Ref) string { return r.Key() }
 
 func formatValues(f *catalog.Fault, v catalog.Values) map[string]string {
 	out := map[string]string{}

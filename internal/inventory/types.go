@@ -1,6 +1,10 @@
 package inventory
 
-import "github.com/gpuchaos/gpuchaos/internal/catalog"
+import (
+	"strconv"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+)
 
 // Ref is one resolved target: the thing a single injection touches. Kind
 // says which fields matter: a GPU has Node, GPU, UUID and PCI; a node has
@@ -14,6 +18,20 @@ type Ref struct {
 	PCI  string `json:"pci_bus_id,omitempty"`
 	Job  string `json:"job,omitempty"`
 	Rank int    `json:"rank"`
+}
+
+// Key names the ref in a run's keys, events and logs: node/gpuN,
+// job/rankN, the job, or the node.
+func (r Ref) Key() string {
+	switch r.Kind {
+	case catalog.ScopeGPU:
+		return r.Node + "/gpu" + strconv.Itoa(r.GPU)
+	case catalog.ScopeRank:
+		return r.Job + "/rank" + strconv.Itoa(r.Rank)
+	case catalog.ScopeJob:
+		return r.Job
+	}
+	return r.Node
 }
 
 // Inventory is what a target (twin, node, cluster) offers to select from.

@@ -117,6 +117,9 @@ type Config struct {
 	// Notes receives lines a person reads while the target starts
 	// (recoveries, warm-up); nil discards them.
 	Notes io.Writer
+	// Warn receives warnings about the target (no NVML, so no GPUs); nil
+	// discards them. The CLI sends them to stderr whatever the format.
+	Warn io.Writer
 	// Logger receives the target's and its injectors' logs; nil discards.
 	Logger *slog.Logger
 }
@@ -163,10 +166,13 @@ func Open(ctx context.Context, k Kind, cfg Config) (Target, error) {
 		for _, k := range Kinds() {
 			names = append(names, string(k))
 		}
-		return nil, fmt.Errorf("--target: %s is not available in this build; use %s", k, strings.Join(names, ", "))
+		return nil, &ConfigError{Field: "--target", Err: fmt.Errorf("%s is not available in this build; use %s", k, strings.Join(names, ", "))}
 	}
 	if cfg.Notes == nil {
 		cfg.Notes = io.Discard
+	}
+	if cfg.Warn == nil {
+		cfg.Warn = io.Discard
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

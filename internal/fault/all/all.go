@@ -22,6 +22,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/procfault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 )
 
 // Env carries what injectors need from their target.
@@ -118,7 +119,11 @@ func Injector(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, 
 	}
 	for _, e := range Registry() {
 		if e.Serves(f.ID, m.Name) {
-			return e.New(f, m, env)
+			inj, err := e.New(f, m, env)
+			if err != nil || env.Logger == nil {
+				return inj, err
+			}
+			return logged{inj, env.Logger.With("component", "injector", "fault", f.ID, "mechanism", m.Name)}, nil
 		}
 	}
 	return nil, fmt.Errorf("mechanism %s of %s has no injector in this build", m.Name, f.ID)
@@ -202,4 +207,36 @@ func component(env Env, name string) *slog.Logger {
 		return nil
 	}
 	return env.Logger.With("component", name)
+}
+
+// logged logs every injector's steps the same way, whatever the injector
+// logs of its own: what it was asked, and how it ended.
+type logged struct {
+	fault.Injector
+	log *slog.Logger
+}
+
+func (l logged) Inject(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) error {
+	l.log.Debug("inject", "key", key, "target", ref.Key(), "params", v)
+	err := l.Injector.Inject(ctx, key, ref, v)
+	if err != nil {
+		l.log.Warn("inject failed", "key", key, "err", err)
+		return err
+	}
+	l.log.Info("injected", "key", key, "target", ref.Key())
+	return nil
+}
+
+func (l logged) Recover(ctx context.Context, key string) error {
+	l.log.Debug("recover", "key", key)
+	err := l.Injector.Recover(ctx, key)
+	switch {
+	case err == nil:
+		l.log.Info("recovered", "key", key)
+	case errors.Is(err, fault.ErrTargetGone):
+		l.log.Info("target gone", "key", key, "proof", err)
+	default:
+		l.log.Warn("recovery pending", "key", key, "err", err)
+	}
+	return err
 }

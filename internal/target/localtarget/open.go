@@ -42,10 +42,10 @@ func Open(ctx context.Context, cfg target.Config) (target.Target, error) {
 		// Network, storage and checkpoint faults act on the node, and a
 		// training job on CPUs (gloo) still has ranks to break: only GPU
 		// faults need NVML.
-		fmt.Fprintf(cfg.Notes, "note: no GPUs listed (%v); GPU faults cannot be selected, node, job, rank and checkpoint faults can\n", err)
+		fmt.Fprintf(cfg.Warn, "note: no GPUs listed (%v); GPU faults cannot be selected, node, job, rank and checkpoint faults can\n", err)
 		src = noGPUs{}
 	}
-	opts := Options{Source: src, Prometheus: cfg.Prometheus, JobNames: cfg.Jobs, ScrapeInterval: cfg.ScrapeInterval, Logger: cfg.Logger.With("component", "local")}
+	opts := Options{Source: src, Prometheus: cfg.Prometheus, JobNames: cfg.Jobs, ScrapeInterval: cfg.ScrapeInterval, Logger: cfg.Logger}
 	if len(cfg.Exporters) > 0 {
 		opts.Exporter, opts.MoreExporters = cfg.Exporters[0], cfg.Exporters[1:]
 	}
