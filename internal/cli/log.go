@@ -16,7 +16,7 @@ type logFlags struct {
 }
 
 func (fl *logFlags) add(root *cobra.Command) {
-	root.PersistentFlags().StringVar(&fl.level, "log-level", "warn", "log level of the engine, injectors, agent and live twin, on stderr: debug, info, warn or error")
+	root.PersistentFlags().StringVar(&fl.level, "log-level", "error", "log level of the engine, injectors, agent and live twin, on stderr: debug, info, warn or error (the default keeps to what the command does not print itself)")
 	root.PersistentFlags().StringVar(&fl.format, "log-format", "text", "log format: text (key=value) or json (one object per line)")
 }
 

@@ -739,9 +739,11 @@ func (e *Engine) event(rec *Record, kind, name, detail string) {
 		ev.Offset = now.Sub(rec.InjectedAt).Seconds()
 	}
 	rec.Timeline = append(rec.Timeline, ev)
+	// An error event is in the timeline the command prints: a warning
+	// here, not an error the logger must show by default.
 	level := slog.LevelInfo
 	if kind == "error" {
-		level = slog.LevelError
+		level = slog.LevelWarn
 	}
 	e.log.Log(context.Background(), level, kind, "experiment", rec.Experiment.Metadata.Name, "name", name, "detail", detail, "offset_seconds", ev.Offset)
 	if e.opts.OnEvent != nil {
