@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gpuchaos/gpuchaos/internal/launch"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // helperEnv switches the test binary into one of the helper programs below
@@ -100,19 +101,17 @@ func writePid(path string) {
 // waitPid waits for a helper's pid file.
 func waitPid(t *testing.T, path string) int {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(path); err == nil {
-			pid, err := strconv.Atoi(string(b))
-			if err != nil {
-				t.Fatalf("pid file %s: %v", path, err)
-			}
-			return pid
-		}
-		time.Sleep(10 * time.Millisecond)
+	var b []byte
+	testutil.Eventually(t, 10*time.Second, "the helper's pid file "+path, func() bool {
+		var err error
+		b, err = os.ReadFile(path)
+		return err == nil
+	})
+	pid, err := strconv.Atoi(string(b))
+	if err != nil {
+		t.Fatalf("pid file %s: %v", path, err)
 	}
-	t.Fatalf("helper did not write %s within 10s", path)
-	return 0
+	return pid
 }
 
 // helperArgs is the test binary re-executed as the helper mode.
@@ -374,14 +373,12 @@ func TestParentKilled(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = parent.Wait()
-	deadline := time.Now().Add(5 * time.Second)
-	for alive(child) {
-		if time.Now().After(deadline) {
+	t.Cleanup(func() {
+		if alive(child) {
 			_ = syscall.Kill(child, syscall.SIGKILL)
-			t.Fatalf("child %d still runs 5s after its launcher was SIGKILLed", child)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
+	testutil.Eventually(t, 10*time.Second, fmt.Sprintf("child %d to end with its SIGKILLed launcher", child), func() bool { return !alive(child) })
 }
 
 // alive reports whether pid runs: it exists and is not a zombie (an orphan
