@@ -40,12 +40,9 @@ func Open(ctx context.Context, cfg target.Config) (target.Target, error) {
 		}
 		return dryRun{t}, nil
 	}
-	if err := twin.CheckWarmup("--warmup", cfg.Warmup); err != nil {
-		return nil, &target.ConfigError{Err: err}
-	}
-	spec, err := twin.LoadCluster(cfg.Cluster)
+	spec, err := twintarget.Spec(cfg)
 	if err != nil {
-		return nil, &target.ConfigError{Field: "--cluster", Err: err}
+		return nil, err
 	}
 	fmt.Fprintf(cfg.Notes, "Warming the twin up for %s of virtual time.\n", cfg.Warmup)
 	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

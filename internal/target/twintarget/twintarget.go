@@ -23,12 +23,9 @@ func init() { target.Register(target.Twin, Open) }
 // Open builds the twin of cfg.Cluster (the embedded default when empty)
 // with cfg.Seed; Prepare runs it fault-free for cfg.Warmup.
 func Open(_ context.Context, cfg target.Config) (target.Target, error) {
-	if err := twin.CheckWarmup("--warmup", cfg.Warmup); err != nil {
-		return nil, &target.ConfigError{Err: err}
-	}
-	spec, err := twin.LoadCluster(cfg.Cluster)
+	spec, err := Spec(cfg)
 	if err != nil {
-		return nil, &target.ConfigError{Field: "--cluster", Err: err}
+		return nil, err
 	}
 	tw, err := twin.New(twin.Options{Spec: spec, Seed: cfg.Seed})
 	if err != nil {
@@ -37,6 +34,20 @@ func Open(_ context.Context, cfg target.Config) (target.Target, error) {
 	t := New(tw)
 	t.warmup, t.notes, t.env = cfg.Warmup, cfg.Notes, all.Env{Twin: tw, Logger: cfg.Logger}
 	return t, nil
+}
+
+// Spec checks the twin's part of cfg (the warm-up) and loads its cluster
+// spec, refusing either as bad input; the live target builds its twin from
+// the same.
+func Spec(cfg target.Config) (twin.ClusterSpec, error) {
+	if err := twin.CheckWarmup("--warmup", cfg.Warmup); err != nil {
+		return twin.ClusterSpec{}, &target.ConfigError{Err: err}
+	}
+	spec, err := twin.LoadCluster(cfg.Cluster)
+	if err != nil {
+		return twin.ClusterSpec{}, &target.ConfigError{Field: "--cluster", Err: err}
+	}
+	return spec, nil
 }
 
 // Target runs experiments on a digital twin.
