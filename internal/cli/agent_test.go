@@ -27,22 +27,22 @@ func TestAgentTwin(t *testing.T) {
 	client := &http.Client{Timeout: 5 * time.Second}
 	defer client.CloseIdleConnections()
 	var page string
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	has := func() bool { return strings.Contains(page, "DCGM_FI_DEV_GPU_TEMP{") }
+	defer func() {
+		if !has() {
+			t.Logf("stdout %q, stderr %q", out.String(), errb.String())
+		}
+	}()
+	testutil.Eventually(t, 30*time.Second, "GPU series on /metrics", func() bool {
 		resp, err := client.Get("http://" + addr + "/metrics")
-		if err == nil {
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			page = string(b)
-			if strings.Contains(page, "DCGM_FI_DEV_GPU_TEMP{") {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no GPU series after 30s; stdout %q, stderr %q", out.String(), errb.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		page = string(b)
+		return has()
+	})
 	if n := strings.Count(page, "DCGM_FI_DEV_GPU_TEMP{"); n != 3 {
 		t.Errorf("%d GPU_TEMP series, want 3 (--twin-gpus 3)", n)
 	}

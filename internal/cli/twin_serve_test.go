@@ -50,17 +50,17 @@ func TestTwinServe(t *testing.T) {
 		b, err := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b), err
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	healthy := false
+	defer func() {
+		if !healthy {
+			t.Logf("stdout %q, stderr %q", out.String(), errb.String())
+		}
+	}()
+	testutil.Eventually(t, 20*time.Second, "/healthz to answer 200", func() bool {
 		code, _, err := get("/healthz")
-		if err == nil && code == http.StatusOK {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("/healthz not OK after 20s (last: %d, %v); stdout %q, stderr %q", code, err, out.String(), errb.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return err == nil && code == http.StatusOK
+	})
+	healthy = true
 	if want := "serving the twin's metrics at http://" + addr + "/metrics"; !strings.HasPrefix(out.String(), want) {
 		t.Errorf("stdout %q, want it to start with %q", out.String(), want)
 	}

@@ -46,13 +46,13 @@ func startCLI(t *testing.T, stdin io.Reader, args ...string) *started {
 // loaded machine.
 func waitOutput(t *testing.T, out *testutil.LockedBuffer, want string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !strings.Contains(out.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no %q in the output after %v; got:\n%s", want, within, out.String())
+	has := func() bool { return strings.Contains(out.String(), want) }
+	defer func() {
+		if !has() {
+			t.Logf("the output so far:\n%s", out.String())
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	}()
+	testutil.Eventually(t, within, strconv.Quote(want)+" in the output", has)
 }
 
 // stopWithin cancels the command and returns its exit code. The command
