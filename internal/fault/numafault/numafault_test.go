@@ -29,6 +29,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/numa"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 func lookup(t testing.TB, id string) (*catalog.Fault, *catalog.Mechanism) {
@@ -653,7 +654,7 @@ func TestRecoverAfterInjectorKilled(t *testing.T) {
 			_ = cmd.Wait()
 			t.Cleanup(func() { _ = syscall.Kill(hog, syscall.SIGKILL) })
 			if pdeath == "on" {
-				waitFor(t, 5*time.Second, func() bool { return !exists(hog) })
+				testutil.Eventually(t, 10*time.Second, "the hog to end with its injector", func() bool { return !exists(hog) })
 			} else if !exists(hog) {
 				t.Fatal("without pdeathsig the hog should outlive its injector")
 			}
@@ -690,17 +691,6 @@ func exists(pid int) bool {
 	return err == nil && st.State != 'Z' && st.State != 'X'
 }
 
-func waitFor(t *testing.T, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within %s", limit)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestFindRank(t *testing.T) {
 	t.Parallel()
 	job := "find-" + newTag(t)
@@ -713,7 +703,7 @@ func TestFindRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sh.Process.Kill(); _ = sh.Wait() })
-	waitFor(t, 2*time.Second, func() bool {
+	testutil.Eventually(t, 10*time.Second, "the rank found", func() bool {
 		b, _ := os.ReadFile("/proc/" + strconv.Itoa(sh.Process.Pid) + "/task/" + strconv.Itoa(sh.Process.Pid) + "/children")
 		return len(bytes.TrimSpace(b)) > 0
 	})
