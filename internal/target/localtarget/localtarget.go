@@ -330,9 +330,10 @@ func (t *Target) Inventory(ctx context.Context) (inventory.Inventory, error) {
 		}
 		j := inventory.Job{Name: name}
 		for _, r := range ranks {
-			// A rank's children (loader workers, a wrapper's child) carry
-			// its environment too; the eldest, listed first, is the rank.
-			if n := len(j.Ranks); n > 0 && j.Ranks[n-1].Rank == r.Rank {
+			// A rank's launcher and its forked workers carry its
+			// environment too: the one procfind marks Main is the rank
+			// (see procfind's package doc), the others add nothing here.
+			if !r.Main {
 				continue
 			}
 			g := r.LocalRank
