@@ -85,6 +85,9 @@ fault-free twin).`,
 			if err != nil {
 				return err
 			}
+			for _, w := range set.Warnings {
+				fmt.Fprintf(cmd.ErrOrStderr(), "gpuchaos coverage: warning: %v\n", w)
+			}
 			spec := twin.Default()
 			if cluster != "" {
 				if spec, err = loadCluster(cluster); err != nil {
@@ -267,6 +270,7 @@ func loadRules(args []string) (*rules.Set, error) {
 			return nil, err
 		}
 		set.Rules = append(set.Rules, fs.Rules...)
+		set.Warnings = append(set.Warnings, fs.Warnings...)
 	}
 	return set, nil
 }

@@ -64,6 +64,11 @@ type Rule struct {
 // Set is a collection of rules in file, group and index order.
 type Set struct {
 	Rules []*Rule
+	// Warnings are findings Prometheus loads the rules with all the same,
+	// as `promtool check rules` prints lint findings and exits 0: a
+	// recording rule whose name and labels repeat another's while their
+	// expressions may write different series. Each is an *Error.
+	Warnings []error
 }
 
 // Alerts returns the alerting rules of the set, in order.
@@ -176,7 +181,7 @@ func Load(data []byte, source string) (*Set, error) {
 	if len(l.errs) > 0 {
 		return nil, errors.Join(l.errs...)
 	}
-	return &Set{Rules: l.rules}, nil
+	return &Set{Rules: l.rules, Warnings: l.warns}, nil
 }
 
 // LoadFiles reads several rule files into one Set, in the order given.
@@ -202,8 +207,11 @@ func LoadFiles(paths ...string) (*Set, error) {
 			continue
 		}
 		set.Rules = append(set.Rules, s.Rules...)
+		set.Warnings = append(set.Warnings, s.Warnings...)
 	}
-	errs = append(errs, duplicateRecords(set.Rules, true)...)
+	dupErrs, dupWarns := duplicateRecords(set.Rules, true)
+	errs = append(errs, dupErrs...)
+	set.Warnings = append(set.Warnings, dupWarns...)
 	if len(errs) > 0 {
 		return nil, errors.Join(errs...)
 	}
@@ -244,6 +252,7 @@ type loader struct {
 	parser parser.Parser
 	rules  []*Rule
 	errs   []error
+	warns  []error
 	// skipped lists the Kubernetes objects that are not PrometheusRules,
 	// for the error when nothing else is in the file.
 	skipped []string
@@ -581,7 +590,11 @@ func (l *loader) rule(n *yaml.Node, group string, index int, interval time.Durat
 // by Prometheus, so both are accepted.
 //
 // A recording rule whose name and labels repeat another's anywhere in the
-// set is an error: both would write the same series.
+// set is an error only when both provably write the same series
+// (sameSeries); otherwise it is a warning, as in promtool, since their
+// expressions may well keep them apart: kube-prometheus records
+// code_verb:apiserver_request_total:increase1h four times, once for each
+// of code=~"2..", "3..", "4.." and "5.." (issue 14).
 func (l *loader) checkDuplicates() {
 	type key struct{ group, name string }
 	byName := map[key][]*Rule{}
@@ -598,34 +611,48 @@ func (l *loader) checkDuplicates() {
 			byName[k] = append(byName[k], r)
 		}
 	}
-	l.errs = append(l.errs, duplicateRecords(l.rules, false)...)
+	errs, warns := duplicateRecords(l.rules, false)
+	l.errs = append(l.errs, errs...)
+	l.warns = append(l.warns, warns...)
 }
 
-// duplicateRecords reports recording rules with the same name and labels.
-// With crossFileOnly it reports only pairs from different files, which
-// Load has not already seen.
-func duplicateRecords(rules []*Rule, crossFileOnly bool) []error {
-	var errs []error
+// duplicateRecords reports recording rules with the same name and labels:
+// as errors the pairs that provably write the same series, as warnings the
+// others. With crossFileOnly it reports only pairs from different files,
+// which Load has not already seen.
+func duplicateRecords(rules []*Rule, crossFileOnly bool) (errs, warns []error) {
 	byName := map[string][]*Rule{}
 	for _, r := range rules {
 		if r.Kind != KindRecord {
 			continue
 		}
+		var warn error
 		for _, prev := range byName[r.Name] {
 			if crossFileOnly && prev.Source == r.Source {
 				continue
 			}
-			if maps.Equal(prev.Labels, r.Labels) {
-				where := fmt.Sprintf("line %d", prev.Line)
-				if prev.Source != r.Source {
-					where = fmt.Sprintf("%s:%d", prev.Source, prev.Line)
-				}
+			if !maps.Equal(prev.Labels, r.Labels) {
+				continue
+			}
+			where := fmt.Sprintf("line %d", prev.Line)
+			if prev.Source != r.Source {
+				where = fmt.Sprintf("%s:%d", prev.Source, prev.Line)
+			}
+			if sameSeries(prev.Parsed, r.Parsed) {
 				errs = append(errs, &Error{Source: r.Source, Line: r.Line, Group: r.Group, Rule: r.Name, RuleIndex: r.Index,
 					Err: fmt.Errorf("duplicate recording rule: also defined at %s with the same labels, so both would write the same series", where)})
+				warn = nil
 				break
 			}
+			if warn == nil {
+				warn = &Error{Source: r.Source, Line: r.Line, Group: r.Group, Rule: r.Name, RuleIndex: r.Index,
+					Err: fmt.Errorf("recording rule name and labels repeat the rule at %s; loaded, since their expressions may write different series, but check they never write the same one", where)}
+			}
+		}
+		if warn != nil {
+			warns = append(warns, warn)
 		}
 		byName[r.Name] = append(byName[r.Name], r)
 	}
-	return errs
+	return errs, warns
 }
