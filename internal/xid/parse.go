@@ -3,12 +3,14 @@ package xid
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // Event kinds.
@@ -27,7 +29,9 @@ type Event struct {
 	// Code is the XID or SXid number, always above zero.
 	Code int `json:"code"`
 	// PCI is the device's domain:bus:device in lower case (0000:3b:00),
-	// without the function the switch driver prints.
+	// without the function the switch driver prints; empty when the line's
+	// address was redacted (PCI:0000:xx:00, PCI:****), as in pastes from
+	// public bug reports. Its JSON form is then null.
 	PCI string `json:"pci"`
 	// PID is the process the driver attributed the error to; nil when the
 	// line has none or says '<unknown>'.
@@ -46,6 +50,26 @@ type Event struct {
 	// microseconds field of a /dev/kmsg record, the seconds of a dmesg
 	// stamp, the text of a dmesg -T or syslog/journalctl stamp.
 	Time string `json:"time,omitempty"`
+}
+
+// MarshalJSON writes the event with the fields in declaration order and
+// "pci": null for a redacted address, so a consumer can tell "unknown"
+// from an address.
+func (e Event) MarshalJSON() ([]byte, error) {
+	var pci *string
+	if e.PCI != "" {
+		pci = &e.PCI
+	}
+	return json.Marshal(struct {
+		Kind    string  `json:"kind"`
+		Code    int     `json:"code"`
+		PCI     *string `json:"pci"`
+		PID     *int    `json:"pid"`
+		Process *string `json:"process"`
+		Message string  `json:"message"`
+		Action  Action  `json:"action"`
+		Time    string  `json:"time,omitempty"`
+	}{e.Kind, e.Code, pci, e.PID, e.Process, e.Message, e.Action, e.Time})
 }
 
 // MaxLine is the longest line Parse reads whole: 64 KiB. A /dev/kmsg
@@ -85,6 +109,7 @@ func parse(r io.Reader, maxLine int, emit func(Event) error) (Stats, error) {
 	// is parsed in place from bufio's buffer, never copied.
 	br := bufio.NewReaderSize(r, maxLine+1)
 	var st Stats
+	var ls lineState
 	for {
 		frag, err := br.ReadSlice('\n')
 		if len(frag) == 0 {
@@ -107,7 +132,7 @@ func parse(r io.Reader, maxLine int, emit func(Event) error) (Stats, error) {
 		}
 		// Most kernel lines are not XIDs: look before converting.
 		if bytes.Contains(line, []byte("Xid")) {
-			if ev, ok := ParseLine(string(line)); ok {
+			if ev, ok := ls.parse(string(line)); ok {
 				if eerr := emit(ev); eerr != nil {
 					return st, fmt.Errorf("xid: line %d: %w", st.Lines, eerr)
 				}
@@ -149,6 +174,7 @@ func ParseLine(line string) (Event, bool) {
 		ev, ok := parseXID(line[i+len(xidMarker):])
 		if ok {
 			ev.Time = stamp(line[:i])
+			ev.Message = unquote(line[:i], ev.Message)
 		}
 		return ev, ok
 	}
@@ -160,6 +186,90 @@ func ParseLine(line string) (Event, bool) {
 		return ev, ok
 	}
 	return Event{}, false
+}
+
+// unquote drops the closing quote from msg when the NVRM text was quoted in
+// the line ("NVRM: Xid …", 'NVRM: Xid …' as pasted in a message or a
+// JSON log field), with the comma or semicolon a list puts after it. The
+// opening quote must stand right before "NVRM:" or open the line (after
+// any "> " of a quoted reply); a message that merely ends in a quote keeps
+// it.
+func unquote(prefix, msg string) string {
+	closing, ok := "", false
+	if q, _ := utf8.DecodeLastRuneInString(prefix); q != utf8.RuneError {
+		closing, ok = quotePairs[q]
+	}
+	if !ok {
+		// Or the quote opens the line, before the stamp: "> "[Fri …] NVRM: …"".
+		q, _ := utf8.DecodeRuneInString(strings.TrimLeft(prefix, " \t>"))
+		closing, ok = quotePairs[q]
+	}
+	if !ok {
+		return msg
+	}
+	m := strings.TrimRight(msg, " \t,;")
+	if cut, found := strings.CutSuffix(m, closing); found {
+		return strings.TrimRight(cut, " ")
+	}
+	return msg
+}
+
+// quotePairs maps an opening quote to its closing one.
+var quotePairs = map[rune]string{'"': `"`, '\'': "'", '`': "`", '“': "”", '‘': "’"}
+
+// lineState is what Parse remembers between lines: the last SXid it
+// emitted, so that the detail lines the switch driver prints after an SXid
+// ("Severity …", "Data {…}") are folded into it, and a run of detail lines
+// whose SXid line was lost (cut from a paste, dropped by a ring buffer
+// overrun) still yields one event.
+type lineState struct {
+	lastPCI  string
+	lastCode int
+}
+
+// parse is ParseLine with the SXid detail lines handled as described on
+// lineState.
+func (ls *lineState) parse(line string) (Event, bool) {
+	if ev, ok := ParseLine(line); ok {
+		if ev.Kind == KindSXID {
+			ls.lastPCI, ls.lastCode = ev.PCI, ev.Code
+		} else {
+			ls.lastPCI, ls.lastCode = "", 0
+		}
+		return ev, true
+	}
+	ev, ok := parseSXIDDetail(line)
+	if !ok || ev.PCI == ls.lastPCI && ev.Code == ls.lastCode {
+		return Event{}, false
+	}
+	ls.lastPCI, ls.lastCode = ev.PCI, ev.Code
+	return ev, true
+}
+
+// parseSXIDDetail reads an SXid detail line ("Severity …", "Data {…}")
+// into an event for an SXid whose own line is missing: the detail text is
+// its message, and with no severity read its action is investigate.
+func parseSXIDDetail(line string) (Event, bool) {
+	line = strings.TrimRight(line, "\r\n")
+	if isKmsgContinuation(line) {
+		return Event{}, false
+	}
+	i := strings.Index(line, sxidMarker)
+	if i < 0 {
+		return Event{}, false
+	}
+	pci, code, body, ok := parseHead(line[i+len(sxidMarker)-1:])
+	if !ok || !isSXIDDetail(body) {
+		return Event{}, false
+	}
+	body = strings.TrimSpace(body)
+	return Event{Kind: KindSXID, Code: code, PCI: pci, Message: body,
+		Action: ActionInvestigate, Time: stamp(line[:i])}, true
+}
+
+func isSXIDDetail(body string) bool {
+	body = strings.TrimSpace(body)
+	return strings.HasPrefix(body, "Severity ") || strings.HasPrefix(body, "Data {")
 }
 
 // parseXID reads "(PCI:0000:3b:00): 79, pid=…, name=…, message".
@@ -196,8 +306,9 @@ func parseSXID(s string) (Event, bool) {
 	}
 	body = strings.TrimSpace(body)
 	// The switch driver follows each SXid with detail lines under the
-	// same code; they describe the event above, they are not new ones.
-	if strings.HasPrefix(body, "Severity ") || strings.HasPrefix(body, "Data {") {
+	// same code; they describe the event above, they are not new ones
+	// (Parse reads them when that event's line is missing).
+	if isSXIDDetail(body) {
 		return Event{}, false
 	}
 	act := ActionInvestigate
@@ -223,7 +334,7 @@ func parseHead(s string) (pci string, code int, body string, ok bool) {
 	// MIG lines carry " GPU-I:05 GPU-CI:01" after the address.
 	addr, _, _ := strings.Cut(s[1:end], " ")
 	pci, ok = NormalizePCI(addr)
-	if !ok {
+	if !ok && !isRedactedPCI(addr) {
 		return "", 0, "", false
 	}
 	rest, ok := strings.CutPrefix(s[end+1:], ":")
@@ -252,6 +363,26 @@ func parseHead(s string) (pci string, code int, body string, ok bool) {
 		return "", 0, "", false
 	}
 	return pci, code, strings.TrimLeft(rest, " "), true
+}
+
+// isRedactedPCI reports whether addr is a PCI address with digits blanked
+// out by whoever pasted it: PCI:0000:xx:00, PCI:0000:XX:00.0, PCI:****. It
+// must be made of hex digits, ':' and '.', and the marks x, X, * or #, with
+// at least one mark; anything else (PCI:zz00:3b:00) is a broken line, not
+// a redacted one.
+func isRedactedPCI(addr string) bool {
+	addr = trimPCI(addr)
+	marks := 0
+	for i := 0; i < len(addr); i++ {
+		switch c := addr[i]; {
+		case c == 'x' || c == 'X' || c == '*' || c == '#':
+			marks++
+		case c == ':' || c == '.' || c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F':
+		default:
+			return false
+		}
+	}
+	return marks > 0
 }
 
 // field reads key=value at the start of s, where value ends at sep (or at
@@ -329,8 +460,18 @@ var (
 	kmsgRE = regexp.MustCompile(`^\d+,\d+,(\d+),[^;]*;`)
 	// isoRE matches journalctl -o short-iso and RFC 5424 syslog stamps.
 	isoRE = regexp.MustCompile(`^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d\S*`)
-	// bsdRE matches journalctl -o short(-precise) and RFC 3164 syslog stamps.
-	bsdRE = regexp.MustCompile(`^[A-Z][a-z]{2} +\d{1,2} \d\d:\d\d:\d\d(?:\.\d+)?`)
+	// bsdRE matches journalctl -o short(-precise) and RFC 3164 syslog
+	// stamps. journalctl writes the month in the reader's locale: "Nov",
+	// "kwi" (pl_PL), "oct." (fr_FR), "11月" (zh_CN, ja_JP).
+	bsdRE = regexp.MustCompile(`^(?:\p{L}{2,10}\.?|\d{1,2}\p{L}) +\d{1,2},? \d\d:\d\d:\d\d(?:\.\d+)?`)
+	// talosRE matches a talosctl dmesg prefix,
+	// "node: kern: warning: [2025-09-13T20:46:45.810476849Z]: ", with or
+	// without the node name talosctl puts in front for -n.
+	talosRE = regexp.MustCompile(`^(?:\S+: +)?[a-z]+: +[a-z]+: +\[(\d{4}-\d\d-\d\dT[^\]]+)\]:`)
+	// dmesgRE matches the inside of a dmesg stamp, "[ 1234.567890]".
+	dmesgRE = regexp.MustCompile(`^ *\d+\.\d+$`)
+	// ctimeRE matches the inside of a dmesg -T stamp, "[Mon Nov 30 02:27:31 2026]".
+	ctimeRE = regexp.MustCompile(`^\p{L}+\.? +\p{L}+\.? +\d{1,2} \d\d:\d\d:\d\d \d{4}$`)
 	// kmsgContRE matches a /dev/kmsg continuation line (" SUBSYSTEM=pci").
 	kmsgContRE = regexp.MustCompile(`^ +[A-Z][A-Z0-9_]*=`)
 )
@@ -339,10 +480,32 @@ func isKmsgContinuation(line string) bool {
 	return strings.HasPrefix(line, " ") && kmsgContRE.MatchString(line)
 }
 
+// maxTags is how many leading bracketed tags stamp skips: a wrapping tool
+// (kubectl logs --prefix, pdsh, a CI runner) adds one or two.
+const maxTags = 3
+
 // stamp returns the time stamp at the start of a line's prefix as written,
-// or "" when there is none.
+// or "" when there is none. A bracketed tag that is not a stamp
+// ("[pod/node-agent-x/agent]", added by a tool that wrapped the log) is
+// skipped, not taken for one.
 func stamp(prefix string) string {
 	p := strings.TrimLeft(prefix, " \t")
+	for range maxTags + 1 {
+		s, rest, tag := stampAt(p)
+		if !tag {
+			return s
+		}
+		p = strings.TrimLeft(rest, " \t")
+	}
+	return ""
+}
+
+// stampAt reads the stamp at the start of p. When p starts with a
+// bracketed tag that is not a stamp it reports tag and what follows it.
+func stampAt(p string) (s, rest string, tag bool) {
+	// A quoted reply ("> ") and a quote opening a quoted line stand
+	// before the stamp.
+	p = strings.TrimLeft(p, "> \t\"'`\u201c\u2018")
 	// A syslog priority, "<3>", may stand before any of the shapes below.
 	if strings.HasPrefix(p, "<") {
 		if end := strings.IndexByte(p, '>'); end > 1 && isDigits(p[1:end]) {
@@ -352,18 +515,26 @@ func stamp(prefix string) string {
 		}
 	}
 	if m := kmsgRE.FindStringSubmatch(p); m != nil {
-		return m[1]
+		return m[1], "", false
 	}
 	if strings.HasPrefix(p, "[") {
-		if end := strings.IndexByte(p, ']'); end > 0 {
-			return strings.TrimSpace(p[1:end])
+		end := strings.IndexByte(p, ']')
+		if end < 0 {
+			return "", "", false
 		}
-		return ""
+		in := p[1:end]
+		if dmesgRE.MatchString(in) || ctimeRE.MatchString(in) || isoRE.MatchString(in) {
+			return strings.TrimSpace(in), "", false
+		}
+		return "", p[end+1:], true
+	}
+	if m := talosRE.FindStringSubmatch(p); m != nil {
+		return m[1], "", false
 	}
 	if m := isoRE.FindString(p); m != "" {
-		return m
+		return m, "", false
 	}
-	return bsdRE.FindString(p)
+	return bsdRE.FindString(p), "", false
 }
 
 func isDigits(s string) bool {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -226,6 +227,36 @@ func TestParseLine(t *testing.T) {
 			&Event{Kind: "xid", Code: 161, PCI: "0000:02:00", PID: ptr(1), Process: ptr("a"), Message: "b", Action: ActionInvestigate}},
 		{"sxid non-fatal", "nvidia-nvswitch3: SXid (PCI:0000:4e:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error (First)",
 			&Event{Kind: "sxid", Code: 12028, PCI: "0000:4e:00", Message: "Non-fatal, Link 32 egress non-posted PRIV error (First)", Action: ActionNone}},
+		// Issue 14: shapes from pastes in public threads (testdata/pastes.log says where each is from).
+		{"talosctl dmesg", "mc-pt1-pkp-srv-1a: kern:     err: [2025-09-13T20:46:45.810476849Z]: NVRM: Xid (PCI:0000:01:00): 43, pid=80798, name=llama-server, Ch 00000008",
+			&Event{Kind: "xid", Code: 43, PCI: "0000:01:00", PID: ptr(80798), Process: ptr("llama-server"), Message: "Ch 00000008", Action: ActionRestartApp, Time: "2025-09-13T20:46:45.810476849Z"}},
+		{"talosctl dmesg, one node", "kern: warning: [2025-09-13T20:46:46.000000849Z]: NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.",
+			&Event{Kind: "xid", Code: 79, PCI: "0000:01:00", Message: "GPU has fallen off the bus.", Action: ActionReboot, Time: "2025-09-13T20:46:46.000000849Z"}},
+		{"journalctl pl_PL", "kwi 15 07:56:59 stacja kernel: NVRM: Xid (PCI:0000:00:07): 43, pid=1, name=a, Ch 00000008",
+			&Event{Kind: "xid", Code: 43, PCI: "0000:00:07", PID: ptr(1), Process: ptr("a"), Message: "Ch 00000008", Action: ActionRestartApp, Time: "kwi 15 07:56:59"}},
+		{"journalctl fr_FR", "oct. 11 09:53:05 alexv-pop-s76 kernel: NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.",
+			&Event{Kind: "xid", Code: 79, PCI: "0000:01:00", Message: "GPU has fallen off the bus.", Action: ActionReboot, Time: "oct. 11 09:53:05"}},
+		{"journalctl zh_CN", "11月 15 14:15:47 leon-NF5468M6 kernel: NVRM: Xid (PCI:0000:dc:00): 79, GPU has fallen off the bus.",
+			&Event{Kind: "xid", Code: 79, PCI: "0000:dc:00", Message: "GPU has fallen off the bus.", Action: ActionReboot, Time: "11月 15 14:15:47"}},
+		{"wrapping tool's tag before dmesg stamp", "[pod/gpu-node-agent-7x2kq/agent] [ 1305.001007] NVRM: Xid (PCI:0000:b3:00): 79, GPU has fallen off the bus.",
+			&Event{Kind: "xid", Code: 79, PCI: "0000:b3:00", Message: "GPU has fallen off the bus.", Action: ActionReboot, Time: "1305.001007"}},
+		{"wrapping tool's tag before journalctl stamp", "[node-07] Nov 30 02:27:31 node-07 kernel: NVRM: Xid (PCI:0000:c1:00): 79, GPU has fallen off the bus.",
+			&Event{Kind: "xid", Code: 79, PCI: "0000:c1:00", Message: "GPU has fallen off the bus.", Action: ActionReboot, Time: "Nov 30 02:27:31"}},
+		{"wrapping tool's tag, no stamp", "[node-07] NVRM: Xid (PCI:0000:c1:00): 79, GPU has fallen off the bus.",
+			&Event{Kind: "xid", Code: 79, PCI: "0000:c1:00", Message: "GPU has fallen off the bus.", Action: ActionReboot}},
+		{"redacted pci xx", "NVRM: Xid (PCI:0000:xx:00): 109, ... errorString CTX SWITCH TIMEOUT",
+			&Event{Kind: "xid", Code: 109, Message: "... errorString CTX SWITCH TIMEOUT", Action: ActionResetGPU}},
+		{"redacted pci stars", "[Fri Aug  9 13:32:56 2024] NVRM: Xid (PCI:****): 94, pid='<unknown>', name=<unknown>, Contained: SM (0x1). RST: No, D-RST: No",
+			&Event{Kind: "xid", Code: 94, Message: "Contained: SM (0x1). RST: No, D-RST: No", Action: ActionNone, Time: "Fri Aug  9 13:32:56 2024"}},
+		{"quoted line in a list", `  "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.",`,
+			&Event{Kind: "xid", Code: 79, PCI: "0000:06:00", Message: "GPU has fallen off the bus.", Action: ActionReboot}},
+		{"quoted line with stamp", `"[Fri Aug 30 11:43:14 2024] NVRM: Xid (PCI:0000:cb:00): 43, pid=1, name=a, Ch 00000008"`,
+			&Event{Kind: "xid", Code: 43, PCI: "0000:cb:00", PID: ptr(1), Process: ptr("a"), Message: "Ch 00000008", Action: ActionRestartApp, Time: "Fri Aug 30 11:43:14 2024"}},
+		{"markdown quote", "> [Fri Aug 30 11:43:09 2024] NVRM: Xid (PCI:0000:cb:00): 43, pid=1, name=a, Ch 00000008",
+			&Event{Kind: "xid", Code: 43, PCI: "0000:cb:00", PID: ptr(1), Process: ptr("a"), Message: "Ch 00000008", Action: ActionRestartApp, Time: "Fri Aug 30 11:43:09 2024"}},
+		{"message ending in a quote keeps it", `NVRM: Xid (PCI:0000:06:00): 13, pid=1, name=a, Exception "x"`,
+			&Event{Kind: "xid", Code: 13, PCI: "0000:06:00", PID: ptr(1), Process: ptr("a"), Message: `Exception "x"`, Action: ActionRestartApp}},
+		{"garbled pci is not redacted", "NVRM: Xid (PCI:zz00:3b:00): 79, GPU has fallen off the bus.", nil},
 		{"sxid detail line", "nvidia-nvswitch3: SXid (PCI:0000:4e:00.0): 12028, Severity 0 Engine instance 32 Sub-engine instance 00", nil},
 		{"kmsg continuation", " DEVICE=+pci:0000:3b:00.0", nil},
 		{"other NVRM line", "NVRM: GPU 0000:06:00.0: GPU has fallen off the bus.", nil},
@@ -287,6 +318,52 @@ func TestGolden(t *testing.T) {
 			}
 			if !bytes.Equal(out.Bytes(), want) {
 				t.Errorf("%s differs from %s:\n got:\n%s\nwant:\n%s", path, golden, out.Bytes(), want)
+			}
+		})
+	}
+}
+
+// TestParseSXidDetail checks that Parse folds an SXid's detail lines into
+// it, and turns a run of detail lines whose SXid line was lost into one
+// event (issue 14).
+func TestParseSXidDetail(t *testing.T) {
+	t.Parallel()
+	const (
+		head = "nvidia-nvswitch3: SXid (PCI:0000:4e:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error (First)\n"
+		sev  = "nvidia-nvswitch3: SXid (PCI:0000:4e:00.0): 12028, Severity 0 Engine instance 32 Sub-engine instance 00\n"
+		data = "nvidia-nvswitch3: SXid (PCI:0000:4e:00.0): 12028, Data {0x00000000, 0x00000000, 0x00000000, 0x00000000}\n"
+		sev2 = "nvidia-nvswitch0: SXid (PCI:0000:c2:00.0): 20034, Severity 1 Engine instance 46 Sub-engine instance 00\n"
+		xid  = "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+	)
+	tests := []struct {
+		name string
+		in   string
+		want []string // "kind code action message"
+	}{
+		{"whole report", head + sev + data, []string{"sxid 12028 none Non-fatal, Link 32 egress non-posted PRIV error (First)"}},
+		{"header lost", sev + data, []string{"sxid 12028 investigate Severity 0 Engine instance 32 Sub-engine instance 00"}},
+		{"only Data left", data, []string{"sxid 12028 investigate Data {0x00000000, 0x00000000, 0x00000000, 0x00000000}"}},
+		{"two switches, headers lost", sev + data + sev2, []string{
+			"sxid 12028 investigate Severity 0 Engine instance 32 Sub-engine instance 00",
+			"sxid 20034 investigate Severity 1 Engine instance 46 Sub-engine instance 00"}},
+		{"an XID between", head + xid + data, []string{
+			"sxid 12028 none Non-fatal, Link 32 egress non-posted PRIV error (First)",
+			"xid 79 reboot GPU has fallen off the bus.",
+			"sxid 12028 investigate Data {0x00000000, 0x00000000, 0x00000000, 0x00000000}"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var got []string
+			_, err := Parse(strings.NewReader(tt.in), func(ev Event) error {
+				got = append(got, fmt.Sprintf("%s %d %s %s", ev.Kind, ev.Code, ev.Action, ev.Message))
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("events:\n got %q\nwant %q", got, tt.want)
 			}
 		})
 	}
@@ -442,6 +519,16 @@ func TestEventJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `{"kind":"xid","code":79,"pci":"0000:3b:00","pid":null,"process":null,"message":"GPU has fallen off the bus.","action":"reboot"}`
+	if string(b) != want {
+		t.Errorf("JSON = %s\nwant   %s", b, want)
+	}
+	// A redacted address is null, not "" (issue 14).
+	ev, _ = ParseLine("[ 1.5] NVRM: Xid (PCI:0000:xx:00): 79, GPU has fallen off the bus.")
+	b, err = json.Marshal(ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = `{"kind":"xid","code":79,"pci":null,"pid":null,"process":null,"message":"GPU has fallen off the bus.","action":"reboot","time":"1.5"}`
 	if string(b) != want {
 		t.Errorf("JSON = %s\nwant   %s", b, want)
 	}
