@@ -138,8 +138,74 @@ type Result struct {
 
 // Baseline is the fault-free reference run.
 type Baseline struct {
-	Job            JobImpact `json:"job"`
-	FalsePositives []string  `json:"false_positives"`
+	Job JobImpact `json:"job"`
+	// FalsePositives names the detectors that fired on the fault-free
+	// twin; Noisy says how often each did.
+	FalsePositives []string `json:"false_positives"`
+	Noisy          []Noise  `json:"noisy"`
+}
+
+// Noise is how often one detector fired on the fault-free twin, over the
+// span a fault run watches (the fault window and the recovery after it).
+type Noise struct {
+	Detector string `json:"detector"`
+	// Firings counts the times it began to fire: for a rule, its alerts'
+	// firing episodes, one per series; for a watcher, its polls that held
+	// after one that did not.
+	Firings int     `json:"firings"`
+	Seconds float64 `json:"span_seconds"`
+}
+
+// Text says, in words, how often it fired.
+func (n Noise) Text() string {
+	times := "times"
+	if n.Firings == 1 {
+		times = "time"
+	}
+	return fmt.Sprintf("fired %d %s on the fault-free twin over %s", n.Firings, times, time.Duration(n.Seconds*float64(time.Second)))
+}
+
+// Noisy is the verdict of every cell of a detector that fires on the
+// fault-free twin, and the status of its rule: what it fires on says
+// nothing about the fault, so it gets no detection credit (issue 14).
+const Noisy = "noisy"
+
+// discredit takes detection credit from the noisy detectors: their cells
+// become Noisy, and each fault's detectors and fastest time are what the
+// others noticed.
+func (res *Result) discredit() {
+	noisy := map[string]Noise{}
+	for _, n := range res.Baseline.Noisy {
+		noisy[n.Detector] = n
+	}
+	if len(noisy) == 0 {
+		return
+	}
+	for _, fr := range res.Faults {
+		for name, c := range fr.Cells {
+			if _, ok := noisy[name]; ok {
+				c.Detected, c.TTDSeconds, c.Verdict = false, nil, Noisy
+				fr.Cells[name] = c
+			}
+		}
+		fr.By = slices.DeleteFunc(fr.By, func(name string) bool { _, ok := noisy[name]; return ok })
+		fr.First = nil
+		for _, name := range fr.By {
+			if t := fr.Cells[name].TTDSeconds; t != nil && (fr.First == nil || *t < *fr.First) {
+				fr.First = t
+			}
+		}
+	}
+	for _, d := range res.Detectors {
+		if n, ok := noisy[d.Name]; ok {
+			d.Status, d.Reason = Noisy, n.Text()+"; it gets no detection credit"
+		}
+	}
+	for i, r := range res.Rules {
+		if n, ok := noisy[r.Detector]; ok && r.Detector != "" {
+			res.Rules[i].Status, res.Rules[i].Reason = Noisy, n.Text()+"; it gets no detection credit"
+		}
+	}
 }
 
 // jobName is the training job of the default twin; faults that need a job
@@ -240,14 +306,21 @@ feed:
 		return nil, blErr
 	}
 	res.Baseline = bl
+	res.discredit()
 	for _, fr := range res.Faults {
 		for _, d := range res.Detectors {
 			res.Matrix = append(res.Matrix, fr.Cells[d.Name])
 		}
 	}
 	for i := range res.Rules {
+		// By its column, not its name: two files' same-named alerts are
+		// two columns (issue 14).
+		col := res.Rules[i].Detector
+		if col == "" {
+			continue
+		}
 		for _, fr := range res.Faults {
-			if fr.Cells[res.Rules[i].Name].Detected {
+			if fr.Cells[col].Detected {
 				res.Rules[i].Detects = append(res.Rules[i].Detects, fr.ID)
 			}
 		}
@@ -445,24 +518,27 @@ func (r *runner) baseline(ctx context.Context) (Baseline, error) {
 			probes = append(probes, d.Probe(tw))
 		}
 	}
-	fired := map[string]bool{}
-	end := tw.Now().Add(opts.Window + recoveryWindow)
+	fired := map[string]int{}
+	held := make([]bool, len(probes))
+	span := opts.Window + recoveryWindow
+	end := tw.Now().Add(span)
 	for tw.Now().Before(end) {
 		for i, p := range probes {
 			obs, err := p.Observe(ctx)
 			if err != nil {
 				return Baseline{}, err
 			}
-			if obs.Holds {
-				fired[probes[i].Name()] = true
+			if obs.Holds && !held[i] {
+				fired[probes[i].Name()]++
 			}
+			held[i] = obs.Holds
 		}
 		if err := tw.Sleep(ctx, probe.EvalInterval); err != nil {
 			return Baseline{}, err
 		}
 	}
 	after, _ := tw.Job(job)
-	b := Baseline{Job: impact(before, after, len(tw.Inventory().Jobs[0].Ranks)), FalsePositives: []string{}}
+	b := Baseline{Job: impact(before, after, len(tw.Inventory().Jobs[0].Ranks)), FalsePositives: []string{}, Noisy: []Noise{}}
 	for _, set := range []*ruleSet{r.builtin, r.rules} {
 		if set == nil {
 			continue
@@ -472,14 +548,15 @@ func (r *runner) baseline(ctx context.Context) (Baseline, error) {
 			return Baseline{}, err
 		}
 		for _, d := range set.cols {
-			if ruleFired[d.rule] {
-				fired[d.Name] = true
+			if n := ruleFired[d.rule]; n > 0 {
+				fired[d.Name] = n
 			}
 		}
 	}
 	for _, d := range r.cols {
-		if fired[d.Name] {
+		if n := fired[d.Name]; n > 0 {
 			b.FalsePositives = append(b.FalsePositives, d.Name)
+			b.Noisy = append(b.Noisy, Noise{Detector: d.Name, Firings: n, Seconds: span.Seconds()})
 		}
 	}
 	return b, nil

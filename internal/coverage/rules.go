@@ -40,7 +40,10 @@ type Detector struct {
 // RuleReport is one rule of the set under test, alert or record: its
 // static analysis and the faults it caught (pass or late).
 type RuleReport struct {
-	Name    string   `json:"name"`
+	Name string `json:"name"`
+	// Detector is the rule's column in the matrix, for an alert rule: its
+	// name, with its file and line added when another alert shares it.
+	Detector string   `json:"detector,omitempty"`
 	Kind    string   `json:"kind"`
 	Source  string   `json:"source"`
 	Group   string   `json:"group"`
@@ -145,6 +148,7 @@ func prepare(set *rules.Set, optIn []string) *ruleSet {
 		if seen[name]++; seen[name] > 1 {
 			name = fmt.Sprintf("%s (%s)", r.Name, filepath.Base(src))
 		}
+		rs.reports[len(rs.reports)-1].Detector = name
 		expr := r.Expr
 		if r.For > 0 {
 			expr += " for " + r.For.String()
@@ -199,21 +203,21 @@ func ruleCells(ctx context.Context, eng *promql.Engine, set *ruleSet, tw *twin.T
 	return cells, nil
 }
 
-// firingRules evaluates a set over a fault-free span and returns the alert
-// rules that fired at all: false positives.
-func firingRules(ctx context.Context, eng *promql.Engine, set *ruleSet, tw *twin.Twin, start, from time.Time) (map[*rules.Rule]bool, error) {
+// firingRules evaluates a set over a fault-free span and returns, for each
+// alert rule that fired after from, how many firing episodes its alerts
+// had there: false positives.
+func firingRules(ctx context.Context, eng *promql.Engine, set *ruleSet, tw *twin.Twin, start, from time.Time) (map[*rules.Rule]int, error) {
 	res, err := promeval.Evaluate(ctx, set.live, tw, start, tw.Now(), promeval.Options{Engine: eng})
 	if err != nil {
 		return nil, fmt.Errorf("evaluate rules on the fault-free twin: %w", err)
 	}
-	fired := map[*rules.Rule]bool{}
+	fired := map[*rules.Rule]int{}
 	for _, a := range res.Alerts {
 		// Each alert on its own: asking FirstFiring per alert scanned
 		// every alert of the set again, quadratic in the rules.
 		for _, iv := range a.Firing {
 			if iv.To.IsZero() || iv.To.After(from) {
-				fired[a.Rule] = true
-				break
+				fired[a.Rule]++
 			}
 		}
 	}
@@ -268,7 +272,7 @@ func (r *runner) suggest(ctx context.Context, res *Result) ([]Suggestion, error)
 		var best *Detector
 		for _, d := range rec.cols {
 			c := again.Cells[d.Name]
-			if d.rule == nil || c.Verdict != engine.Pass || noisy[d.rule] {
+			if d.rule == nil || c.Verdict != engine.Pass || noisy[d.rule] > 0 {
 				continue
 			}
 			if best == nil || *c.TTDSeconds < *again.Cells[best.Name].TTDSeconds {

@@ -1,0 +1,134 @@
+package coverage_test
+
+import (
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/coverage"
+	"github.com/gpuchaos/gpuchaos/internal/probe"
+	"github.com/gpuchaos/gpuchaos/internal/rules"
+)
+
+func faults(t testing.TB, ids ...string) []*catalog.Fault {
+	t.Helper()
+	var out []*catalog.Fault
+	for _, id := range ids {
+		f, ok := catalog.Lookup(id)
+		if !ok {
+			t.Fatalf("no fault %s", id)
+		}
+		out = append(out, f)
+	}
+	return out
+}
+
+func loadRules(t testing.TB, files map[string]string) *rules.Set {
+	t.Helper()
+	dir := t.TempDir()
+	var paths []string
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(files[name]), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	set, err := rules.LoadFiles(paths...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// TestNoisyRuleGetsNoCredit: a rule that fires on the fault-free twin (a
+// busy training job keeps GPU utilisation above 95 %) is noisy — it is not
+// counted as the detector of any fault, and the report says how often it
+// fired (issue 14, observation 3).
+func TestNoisyRuleGetsNoCredit(t *testing.T) {
+	t.Parallel()
+	set := loadRules(t, map[string]string{"busy.yaml": `groups:
+- name: gpu
+  rules:
+  - alert: GpuBusy
+    expr: DCGM_FI_DEV_GPU_UTIL > 95
+    for: 2m
+  - alert: GpuHot
+    expr: DCGM_FI_DEV_GPU_TEMP > 80
+`})
+	res := run(t, coverage.Options{Seed: 1, Detectors: []*probe.Detector{}, Rules: set,
+		Faults: faults(t, "hardware.xid", "workload.kill-rank", "hardware.thermal-throttle")})
+	var noise *coverage.Noise
+	for i, n := range res.Baseline.Noisy {
+		if n.Detector == "GpuBusy" {
+			noise = &res.Baseline.Noisy[i]
+		}
+	}
+	if noise == nil || noise.Firings < 1 {
+		t.Fatalf("baseline noise = %+v, want GpuBusy with its firings", res.Baseline.Noisy)
+	}
+	if !slices.Contains(res.Baseline.FalsePositives, "GpuBusy") {
+		t.Errorf("false positives = %q, want GpuBusy", res.Baseline.FalsePositives)
+	}
+	for _, fr := range res.Faults {
+		c := fr.Cells["GpuBusy"]
+		if c.Detected || c.Verdict != coverage.Noisy || slices.Contains(fr.By, "GpuBusy") {
+			t.Errorf("%s: GpuBusy cell %+v, by %q; want no credit, verdict noisy", fr.ID, c, fr.By)
+		}
+	}
+	for _, c := range res.Matrix {
+		if c.Detector == "GpuBusy" && c.Detected {
+			t.Errorf("matrix credits GpuBusy with %s", c.Fault)
+		}
+	}
+	for _, r := range res.Rules {
+		switch r.Name {
+		case "GpuBusy":
+			if r.Status != coverage.Noisy || len(r.Detects) != 0 || r.Reason == "" {
+				t.Errorf("GpuBusy report %+v, want status noisy, no detections, a reason", r)
+			}
+		case "GpuHot":
+			if r.Status != "ok" || !slices.Contains(r.Detects, "hardware.thermal-throttle") {
+				t.Errorf("GpuHot report %+v, want ok and thermal-throttle detected", r)
+			}
+		}
+	}
+}
+
+// TestSameNamedRulesKeepTheirDetections: two files each define
+// GPUHighTemperature, one that catches thermal throttling and one that
+// reads a metric no exporter produces; each report's detects is its own
+// (issue 14, observation 7).
+func TestSameNamedRulesKeepTheirDetections(t *testing.T) {
+	t.Parallel()
+	set := loadRules(t, map[string]string{
+		"a.yaml": `groups:
+- name: gpu
+  rules:
+  - alert: GPUHighTemperature
+    expr: DCGM_FI_DEV_GPU_TEMP > 80
+`,
+		"b.yaml": `groups:
+- name: gpu
+  rules:
+  - alert: GPUHighTemperature
+    expr: nvidia_gpu_temperature_celsius > 80
+`})
+	res := run(t, coverage.Options{Seed: 1, Detectors: []*probe.Detector{}, Rules: set, Faults: faults(t, "hardware.thermal-throttle")})
+	if len(res.Rules) != 2 {
+		t.Fatalf("rules = %+v", res.Rules)
+	}
+	a, b := res.Rules[0], res.Rules[1]
+	if !slices.Equal(a.Detects, []string{"hardware.thermal-throttle"}) {
+		t.Errorf("a.yaml's rule detects %q, want hardware.thermal-throttle", a.Detects)
+	}
+	if b.Status != "never_fires" || len(b.Detects) != 0 {
+		t.Errorf("b.yaml's rule: status %s, detects %q; want never_fires and nothing", b.Status, b.Detects)
+	}
+	if a.Detector == b.Detector || a.Detector == "" || b.Detector == "" {
+		t.Errorf("matrix columns %q and %q, want two distinct", a.Detector, b.Detector)
+	}
+}
