@@ -44,14 +44,14 @@ type RuleReport struct {
 	// Detector is the rule's column in the matrix, for an alert rule: its
 	// name, with its file and line added when another alert shares it.
 	Detector string   `json:"detector,omitempty"`
-	Kind    string   `json:"kind"`
-	Source  string   `json:"source"`
-	Group   string   `json:"group"`
-	Expr    string   `json:"expr"`
-	Status  string   `json:"status"`
-	Reason  string   `json:"reason,omitempty"`
-	Metrics []string `json:"metrics"`
-	Detects []string `json:"detects"`
+	Kind     string   `json:"kind"`
+	Source   string   `json:"source"`
+	Group    string   `json:"group"`
+	Expr     string   `json:"expr"`
+	Status   string   `json:"status"`
+	Reason   string   `json:"reason,omitempty"`
+	Metrics  []string `json:"metrics"`
+	Detects  []string `json:"detects"`
 }
 
 // Suggestion is a rule of the recommended pack proposed for a fault nothing
