@@ -386,11 +386,22 @@ func (a *analyzer) analyze(r *Rule) Analysis {
 	}
 	if empty {
 		an.Status = StatusNeverFires
-		an.Reason = fmt.Sprintf("%s reads %s", r.Name, a.explainAll(unique(culprits), map[string]bool{}))
+		why := a.explainAll(unique(culprits), map[string]bool{})
+		an.Reason = fmt.Sprintf("%s reads %s", r.Name, why)
+		if r.Kind == KindRecord {
+			// A recording rule fires nothing; it records (issue 14).
+			an.Reason = fmt.Sprintf("%s never produces a series: it reads %s", r.Name, why)
+		}
 		return an
 	}
 	if len(missing) > 0 {
-		an.Reason = fmt.Sprintf("%s can fire, but the parts of it that read %s never match", r.Name, a.explainAll(missing, map[string]bool{}))
+		// The explanation ends the sentence: put after it, "never match"
+		// trailed a did-you-mean (issue 14).
+		verb := "fire"
+		if r.Kind == KindRecord {
+			verb = "produce a series"
+		}
+		an.Reason = fmt.Sprintf("%s can %s, but never through the parts of it that read %s", r.Name, verb, a.explainAll(missing, map[string]bool{}))
 	}
 	return an
 }

@@ -62,7 +62,7 @@ func TestAnalyzeStatus(t *testing.T) {
 		{name: "unknown metric declared by the caller", expr: "my_app_requests_total > 0",
 			optIn: []string{"my_app_requests_total"}, want: StatusOK},
 		{name: "or with one side missing", expr: "DCGM_FI_DEV_GPU_TEMP > 85 or nvidia_gpu_temperature_celsius > 85", want: StatusOK,
-			reason: "A can fire, but the parts of it that read nvidia_gpu_temperature_celsius, which dcgm-exporter does not export (it comes from mindprince/nvidia_gpu_prometheus_exporter, an exporter this fleet does not run); did you mean DCGM_FI_DEV_GPU_TEMP (default)? never match"},
+			reason: "A can fire, but never through the parts of it that read nvidia_gpu_temperature_celsius, which dcgm-exporter does not export (it comes from mindprince/nvidia_gpu_prometheus_exporter, an exporter this fleet does not run); did you mean DCGM_FI_DEV_GPU_TEMP (default)?"},
 		{name: "or with both sides missing", expr: "foo_temp > 1 or DCGM_FI_DEV_THERMAL_VIOLATION > 0", want: StatusNeverFires,
 			reason: "A reads foo_temp, which no exporter produces; it also reads DCGM_FI_DEV_THERMAL_VIOLATION, an opt-in counter that dcgm-exporter's default set leaves off (enable it in the exporter's counters CSV, then pass it as opt-in)"},
 		{name: "and needs both", expr: "DCGM_FI_DEV_GPU_TEMP > 85 and DCGM_FI_DEV_POWER_VIOLATION > 0", want: StatusNeverFires},
