@@ -34,11 +34,12 @@ func newTopoParseCmd() *cobra.Command {
 		Short: "Parse nvidia-smi topo -m output into JSON",
 		Long: `Read the output of 'nvidia-smi topo -m' from FILE, or standard input when
 FILE is - or absent, and print it as JSON: gpus (index, cpu_affinity,
-numa_node, gpu_numa_id), links ("i-j" with i < j to NV<n>, PIX, PXB, PHB,
+numa_node, gpu_numa_id, and numa_nodes where NUMA Affinity is a list, as on
+Grace systems, numa_node then being its first node), links ("i-j" with i < j to NV<n>, PIX, PXB, PHB,
 NODE or SYS), and, when the box has NICs, nics and nic_links.
 
-ANSI colour escapes, tabs turned into spaces and the legend after the
-matrix are all fine. Malformed input fails with the line at fault, and
+ANSI colour escapes, tabs turned into spaces, the legend after the matrix
+and CPU and NUMA Affinity left blank (containers, cloud VMs) are all fine. Malformed input fails with the line at fault, and
 input over 1 MiB is refused (nvidia-smi topo -m prints a few KiB).`,
 		Example: `  nvidia-smi topo -m | gpuchaos topo parse
   gpuchaos topo parse internal/topo/testdata/h200x2-real.txt --format table
@@ -91,7 +92,11 @@ func printTopo(cmd *cobra.Command, m *topo.Matrix) error {
 			}
 			row = append(row, m.Links[strconv.Itoa(i)+"-"+strconv.Itoa(j)])
 		}
-		row = append(row, orNA(g.CPUAffinity), intOrNA(g.NUMANode))
+		numa := intOrNA(g.NUMANode)
+		if g.NUMANodes != nil {
+			numa = topo.FormatNodeList(g.NUMANodes)
+		}
+		row = append(row, orNA(g.CPUAffinity), numa)
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	if err := tw.Flush(); err != nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -42,6 +43,9 @@ func FuzzParse(f *testing.F) {
 			if g.Index != i {
 				t.Errorf("GPUs[%d].Index = %d", i, g.Index)
 			}
+			if g.NUMANodes != nil && (len(g.NUMANodes) < 2 || g.NUMANode == nil || *g.NUMANode != g.NUMANodes[0]) {
+				t.Errorf("GPU%d: numa_node %v, numa_nodes %v", i, g.NUMANode, g.NUMANodes)
+			}
 		}
 		for k, v := range m.Links {
 			mm := key.FindStringSubmatch(k)
@@ -54,6 +58,33 @@ func FuzzParse(f *testing.F) {
 			if i >= j || j >= n || v == "" || v == "X" {
 				t.Errorf("link %s = %q with %d GPUs", k, v, n)
 			}
+		}
+	})
+}
+
+// FuzzNodeList checks that ParseNodeList's result is ascending and within
+// bounds, and that FormatNodeList writes it back to a list that parses to
+// the same nodes.
+func FuzzNodeList(f *testing.F) {
+	for _, s := range []string{"0", "0,3-9,11-17", "1,19-25,27-33", "0-1023", "5-4", "0,,1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		nodes, err := ParseNodeList(s)
+		if err != nil {
+			return
+		}
+		if len(nodes) == 0 {
+			t.Fatalf("ParseNodeList(%q): no nodes, no error", s)
+		}
+		for i, n := range nodes {
+			if n < 0 || n >= maxNode || i > 0 && n <= nodes[i-1] {
+				t.Fatalf("ParseNodeList(%q) = %v: not ascending within [0,%d)", s, nodes, maxNode)
+			}
+		}
+		back, err := ParseNodeList(FormatNodeList(nodes))
+		if err != nil || !slices.Equal(back, nodes) {
+			t.Fatalf("round trip of %v via %q = %v, %v", nodes, FormatNodeList(nodes), back, err)
 		}
 	})
 }

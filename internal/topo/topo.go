@@ -36,8 +36,15 @@ type GPU struct {
 	// column.
 	CPUAffinity string `json:"cpu_affinity"`
 	// NUMANode is the host NUMA node close to the GPU (NUMA Affinity);
-	// nil when N/A or absent.
+	// nil when N/A, blank or absent. When NUMA Affinity is a list (Grace
+	// systems print "0,3-9,11-17": the CPU node, then the memory-only nodes
+	// of the GPUs), it is the first node listed, the one that holds the
+	// CPUs in CPUAffinity, and NUMANodes holds the whole list.
 	NUMANode *int `json:"numa_node"`
+	// NUMANodes is every node of a NUMA Affinity list, ascending as
+	// printed; nil when NUMA Affinity is a single node, so that JSON output
+	// for such boxes is what it was.
+	NUMANodes []int `json:"numa_nodes,omitempty"`
 	// GPUNUMAID is the NUMA node of the GPU's own memory, set on systems
 	// that expose GPU memory as a NUMA node (Grace Hopper, Blackwell);
 	// nil when N/A or absent.
@@ -147,8 +154,12 @@ func Parse(r io.Reader) (*Matrix, error) {
 		}
 		row := f[1:]
 		isGPU := devs[ri].gpu >= 0
-		// NIC rows carry no affinity values, only empty tab cells.
-		if len(row) != ncols && (isGPU || len(row) != len(devs)) {
+		// NIC rows carry no affinity values, only empty tab cells. GPU rows
+		// in containers and cloud VMs may leave CPU and NUMA Affinity
+		// blank, which splitting at white space cannot tell from absent;
+		// gpuAffinity lines up what is there.
+		if len(row) < len(devs) || len(row) > ncols || !isGPU && len(row) != ncols && len(row) != len(devs) ||
+			isGPU && !blanksFit(trailing, ncols-len(row)) {
 			return nil, fmt.Errorf("topo: line %d: row %s has %d cells, header has %d", lineNo, label, len(row), ncols)
 		}
 		for ci := range devs {
@@ -286,32 +297,129 @@ func equal(a, b []string) bool {
 	return len(a) == len(b)
 }
 
-// gpuAffinity reads a GPU row's trailing cells.
+// blanksFit reports whether a GPU row can be missing its first n trailing
+// cells: none, or CPU Affinity together with the NUMA Affinity that
+// nvidia-smi derives from it (and GPU NUMA ID after them), never CPU
+// Affinity alone, which would shift a CPU list into NUMA Affinity.
+func blanksFit(trailing []string, n int) bool {
+	if n == 0 {
+		return true
+	}
+	return !slices.Contains(trailing[n:], colNUMAAffinity) && !slices.Contains(trailing[n:], colCPUAffinity)
+}
+
+// gpuAffinity reads a GPU row's trailing cells. When there are fewer
+// values than columns, the missing ones are the leading ones: nvidia-smi
+// leaves CPU Affinity and NUMA Affinity blank where it cannot read the
+// GPU's affinity (containers, cloud VMs) but still prints GPU NUMA ID.
 func gpuAffinity(index int, names, vals []string) (GPU, error) {
 	g := GPU{Index: index}
+	names = names[len(names)-len(vals):]
 	for i, name := range names {
 		v := vals[i]
+		if v == "N/A" {
+			continue
+		}
 		switch name {
 		case colCPUAffinity:
-			if v != "N/A" {
-				g.CPUAffinity = v
+			g.CPUAffinity = v
+		case colNUMAAffinity:
+			nodes, err := ParseNodeList(v)
+			if err != nil {
+				return GPU{}, fmt.Errorf("%s %q is neither a NUMA node number, a list of them, nor N/A", name, v)
 			}
-		case colNUMAAffinity, colGPUNUMAID:
-			if v == "N/A" {
-				continue
+			g.NUMANode = &nodes[0]
+			if len(nodes) > 1 {
+				g.NUMANodes = nodes
 			}
+		case colGPUNUMAID:
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 {
 				return GPU{}, fmt.Errorf("%s %q is neither a NUMA node number nor N/A", name, v)
 			}
-			if name == colNUMAAffinity {
-				g.NUMANode = &n
-			} else {
-				g.GPUNUMAID = &n
-			}
+			g.GPUNUMAID = &n
 		}
 	}
 	return g, nil
+}
+
+// maxNode bounds the node numbers ParseNodeList accepts, and so the length
+// of its result: Linux allows 1<<10 NUMA nodes (CONFIG_NODES_SHIFT 10).
+const maxNode = 1 << 10
+
+// ParseNodeList reads a NUMA node list as nvidia-smi prints it, "0",
+// "0,3-9,11-17", into the nodes it names, in ascending order. Ranges and
+// single nodes must ascend without overlap, as the kernel's list format
+// (cpulist) writes them, and each node is below 1024.
+func ParseNodeList(s string) ([]int, error) {
+	var nodes []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := nodeNum(lo)
+		if err != nil {
+			return nil, err
+		}
+		b := a
+		if isRange {
+			if b, err = nodeNum(hi); err != nil {
+				return nil, err
+			}
+			if b <= a {
+				return nil, fmt.Errorf("range %s does not ascend", part)
+			}
+		}
+		if len(nodes) > 0 && a <= nodes[len(nodes)-1] {
+			return nil, fmt.Errorf("%s is not above the nodes before it", part)
+		}
+		for n := a; n <= b; n++ {
+			nodes = append(nodes, n)
+		}
+	}
+	return nodes, nil
+}
+
+func nodeNum(s string) (int, error) {
+	if s == "" || len(s) > 4 || !isDigits(s) {
+		return 0, fmt.Errorf("%q is not a node number", s)
+	}
+	n, _ := strconv.Atoi(s)
+	if n >= maxNode {
+		return 0, fmt.Errorf("node %d is above %d", n, maxNode-1)
+	}
+	return n, nil
+}
+
+func isDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// FormatNodeList writes nodes (ascending) in the list form ParseNodeList
+// reads, runs of three or more as ranges: [0 3 4 5 6] is "0,3-6".
+func FormatNodeList(nodes []int) string {
+	var b strings.Builder
+	for i := 0; i < len(nodes); {
+		j := i
+		for j+1 < len(nodes) && nodes[j+1] == nodes[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(nodes[i]))
+		switch {
+		case j == i+1:
+			b.WriteString("," + strconv.Itoa(nodes[j]))
+		case j > i+1:
+			b.WriteString("-" + strconv.Itoa(nodes[j]))
+		}
+		i = j + 1
+	}
+	return b.String()
 }
 
 // nicLegend reads "  NIC0: mlx5_0" lines from the NIC legend.

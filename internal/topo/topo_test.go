@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -86,8 +87,21 @@ func TestShapes(t *testing.T) {
 		gpu       int // a GPU to check
 		cpu       string
 		numa, gid *int
+		numaNodes []int
 		nicDev    map[string]string
 	}{
+		// Issue 14: a 4x GB200 box (NUMA Affinity lists), and a container
+		// that leaves CPU and NUMA Affinity blank.
+		{file: "gb200x4-nics.txt", gpus: 4, nics: 8,
+			links:    map[string]string{"0-1": "NV18", "2-3": "NV18"},
+			nicLinks: map[string]string{"GPU0-NIC0": "SYS", "NIC2-NIC3": "PIX", "NIC6-NIC7": "PIX"},
+			gpu:      2, cpu: "72-143", numa: intp(1), gid: intp(18),
+			numaNodes: []int{1, 19, 20, 21, 22, 23, 24, 25, 27, 28, 29, 30, 31, 32, 33},
+			nicDev:    map[string]string{"NIC7": "mlx5_7"}},
+		{file: "h100x8-container-blank-affinity.txt", gpus: 8, nics: 2,
+			links:    map[string]string{"0-7": "NV18"},
+			nicLinks: map[string]string{"GPU0-NIC0": "PIX", "GPU7-NIC1": "PIX", "NIC0-NIC1": "SYS"},
+			gpu:      3, cpu: ""},
 		{file: "h200x2-real.txt", gpus: 2, links: map[string]string{"0-1": "NV18"}, gpu: 1, cpu: "0-31", numa: intp(0)},
 		{file: "h200x2-real-tty.txt", gpus: 2, links: map[string]string{"0-1": "NV18"}, gpu: 0, cpu: "0-31", numa: intp(0)},
 		{file: "h100x8-nics.txt", gpus: 8, nics: 10,
@@ -133,7 +147,7 @@ func TestShapes(t *testing.T) {
 				}
 			}
 			g := m.GPUs[tt.gpu]
-			if g.CPUAffinity != tt.cpu || !eqIntp(g.NUMANode, tt.numa) || !eqIntp(g.GPUNUMAID, tt.gid) {
+			if g.CPUAffinity != tt.cpu || !eqIntp(g.NUMANode, tt.numa) || !eqIntp(g.GPUNUMAID, tt.gid) || !slices.Equal(g.NUMANodes, tt.numaNodes) {
 				t.Errorf("GPU%d = %+v, want cpu %q numa %v gpu-numa %v", tt.gpu, g, tt.cpu, tt.numa, tt.gid)
 			}
 			devs := map[string]string{}
@@ -236,5 +250,47 @@ func TestJSONShape(t *testing.T) {
 	want := `{"gpus":[{"index":0,"cpu_affinity":"0-31","numa_node":0,"gpu_numa_id":null}],"links":{}}`
 	if string(b) != want {
 		t.Errorf("JSON = %s\nwant   %s", b, want)
+	}
+}
+
+func TestNodeList(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		in   string
+		want []int // nil: an error
+		out  string
+	}{
+		{"0", []int{0}, "0"},
+		{"0,3-9,11-17", []int{0, 3, 4, 5, 6, 7, 8, 9, 11, 12, 13, 14, 15, 16, 17}, "0,3-9,11-17"},
+		{"1,19-25,27-33", []int{1, 19, 20, 21, 22, 23, 24, 25, 27, 28, 29, 30, 31, 32, 33}, "1,19-25,27-33"},
+		{"0-1", []int{0, 1}, "0,1"},
+		{"1023", []int{1023}, "1023"},
+		{"1024", nil, ""},
+		{"3-1", nil, ""},
+		{"3-3", nil, ""},
+		{"2,1", nil, ""},
+		{"0,0", nil, ""},
+		{"0-2,2", nil, ""},
+		{"", nil, ""},
+		{"0,", nil, ""},
+		{"-1", nil, ""},
+		{"a", nil, ""},
+		{"0-", nil, ""},
+	}
+	for _, tt := range tests {
+		got, err := ParseNodeList(tt.in)
+		if tt.want == nil {
+			if err == nil {
+				t.Errorf("ParseNodeList(%q) = %v, want an error", tt.in, got)
+			}
+			continue
+		}
+		if err != nil || !slices.Equal(got, tt.want) {
+			t.Errorf("ParseNodeList(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+			continue
+		}
+		if s := FormatNodeList(got); s != tt.out {
+			t.Errorf("FormatNodeList(%v) = %q, want %q", got, s, tt.out)
+		}
 	}
 }
