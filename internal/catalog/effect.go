@@ -34,8 +34,11 @@ const (
 	// curve to the new equilibrium; above the model's slowdown temperature
 	// the SM clock, power and the rank's step rate drop.
 	EffectCooling EffectKind = "cooling"
-	// EffectPowerCap: Factor is the allowed fraction of TDP (power brake).
-	// Clocks drop until power fits; DCGM_FI_DEV_POWER_VIOLATION grows.
+	// EffectPowerCap: Factor is the allowed fraction of TDP. Clocks drop
+	// until power fits; DCGM_FI_DEV_POWER_VIOLATION grows. Mode "" is a
+	// software power limit (clock event reason SW power cap, 0x4); "brake"
+	// is the board's power-brake signal (HW slowdown 0x8 and HW power
+	// brake 0x80).
 	EffectPowerCap EffectKind = "power-cap"
 	// EffectNVLink: Mode "down": the GPU's NVLinks are down, intra-node
 	// collectives fall back to PCIe/SHM (Factor of NVLink bandwidth,
@@ -73,7 +76,10 @@ const (
 	EffectCheckpoint EffectKind = "checkpoint"
 	// EffectCompute: Factor (>1) multiplies the rank's compute time. No
 	// GPU metric changes beyond utilisation falling: the silent kind
-	// (NUMA misplacement, CPU starvation, stragglers).
+	// (NUMA misplacement, CPU starvation, stragglers). Mode "numa-memory"
+	// (Value: the share of the rank's host memory off its GPU's NUMA node)
+	// or "numa-cpu" (Value: the share of its allowed CPUs off that node)
+	// also says what the gpuchaos agent's NUMA alignment series show.
 	EffectCompute EffectKind = "compute"
 	// EffectRank: Mode "kill" (the rank's process dies, the job restarts)
 	// or "hang" (the rank stops; collectives stall until the watchdog,

@@ -203,7 +203,9 @@ func hardwareFaults() []*Fault {
 				// POWER_VIOLATION is opt-in in dcgm-exporter.
 				Series:   []string{"DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_POWER_VIOLATION", seriesJobStepSeconds},
 				Workload: "Steps slow in proportion to the lost clock; nothing fails.",
-				Effects:  func(v Values) []Effect { return []Effect{{Kind: EffectPowerCap, Factor: v.Float("fraction")}} },
+				Effects: func(v Values) []Effect {
+					return []Effect{{Kind: EffectPowerCap, Mode: "brake", Factor: v.Float("fraction")}}
+				},
 			},
 		},
 		{

@@ -14,6 +14,15 @@ const (
 	numaCPUSaturationFactor  = 1.2
 )
 
+// numaSpillShare is the share of a rank's host memory that memory pressure
+// pushes to the far node in the twin: more than half (the agent's
+// misalignment threshold), as the rank's new allocations and page cache
+// land there. A model assumption like the factors above. Remote memory and
+// wrong affinity bind everything to the far node (share 1); CPU
+// saturation moves neither memory nor affinity, so the agent's NUMA
+// series do not see it.
+const numaSpillShare = 0.6
+
 // nodeParam chooses the NUMA node a NUMA fault uses.
 func nodeParam(help string) Param {
 	return Param{Name: "node", Type: ParamInt, Default: "-1", Min: "-1", Max: "1023", Help: help}
@@ -21,7 +30,8 @@ func nodeParam(help string) Param {
 
 // numaFaults misplace a rank's host memory or threads relative to its GPU
 // (strategy 7 of the talk). They are the silent kind: no GPU metric moves
-// except utilisation falling, so only the job's step time shows them.
+// except utilisation falling, so only the job's step time and the gpuchaos
+// agent's NUMA alignment series show them.
 func numaFaults() []*Fault {
 	workload := func() []Layer { return []Layer{LayerWorkload} }
 	series := func() []string { return []string{seriesJobStepSeconds, "DCGM_FI_DEV_GPU_UTIL"} }
@@ -51,7 +61,7 @@ func numaFaults() []*Fault {
 				Series:   series(),
 				Workload: "Host-side work (data loading, pinned-memory staging) slows; steps take about 1.25× as long. No error anywhere.",
 				Silent:   true,
-				Effects:  fixedEffects(Effect{Kind: EffectCompute, Factor: numaRemoteMemoryFactor}),
+				Effects:  fixedEffects(Effect{Kind: EffectCompute, Mode: "numa-memory", Value: 1, Factor: numaRemoteMemoryFactor}),
 			},
 		},
 		{
@@ -78,7 +88,7 @@ func numaFaults() []*Fault {
 				Series:   series(),
 				Workload: "Kernel launches and data loading run from the far socket; steps take about 1.15× as long. No error anywhere.",
 				Silent:   true,
-				Effects:  fixedEffects(Effect{Kind: EffectCompute, Factor: numaWrongAffinityFactor}),
+				Effects:  fixedEffects(Effect{Kind: EffectCompute, Mode: "numa-cpu", Value: 1, Factor: numaWrongAffinityFactor}),
 			},
 		},
 		{
@@ -101,7 +111,7 @@ func numaFaults() []*Fault {
 				Series:   series(),
 				Workload: "The rank's new host allocations and page cache land on the far node; steps take about 1.2× as long.",
 				Silent:   true,
-				Effects:  fixedEffects(Effect{Kind: EffectCompute, Factor: numaMemoryPressureFactor}),
+				Effects:  fixedEffects(Effect{Kind: EffectCompute, Mode: "numa-memory", Value: numaSpillShare, Factor: numaMemoryPressureFactor}),
 			},
 		},
 		{

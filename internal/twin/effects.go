@@ -187,6 +187,8 @@ func validateEffect(e catalog.Effect) error {
 		catalog.EffectCollective: {"intra", "inter", "all", "hang"},
 		catalog.EffectNetwork:    {"", "partition"},
 		catalog.EffectCheckpoint: {"kill-writer", "fill", "slow", "partition", "corrupt"},
+		catalog.EffectPowerCap:   {"", "brake"},
+		catalog.EffectCompute:    {"", "numa-memory", "numa-cpu"},
 		catalog.EffectRank:       {"kill", "hang"},
 		catalog.EffectNode:       {"cordon", "drain", "device-plugin-kill", "pod-kill"},
 	}
@@ -221,6 +223,9 @@ func validateEffect(e catalog.Effect) error {
 	}
 	if e.Kind == catalog.EffectVRAM && e.Value > 1 {
 		return bad("value is a fraction of HBM, got %g", e.Value)
+	}
+	if e.Kind == catalog.EffectCompute && e.Mode != "" && e.Value > 1 {
+		return bad("value is a share of the rank's memory or CPUs, got %g", e.Value)
 	}
 	return nil
 }
@@ -275,6 +280,7 @@ func (t *Twin) hold(a *application, e catalog.Effect) {
 			m.thermalFactor *= e.Factor
 		case catalog.EffectPowerCap:
 			m.powerCap = math.Min(m.powerCap, e.Factor)
+			m.powerBrake = m.powerBrake || e.Mode == "brake"
 		case catalog.EffectNVLink:
 			if e.Mode == "down" {
 				m.nvlinkDown = true
@@ -294,6 +300,12 @@ func (t *Twin) hold(a *application, e catalog.Effect) {
 			m.pcieFactor *= factor(e.Factor)
 		case catalog.EffectCompute:
 			m.computeFactor *= e.Factor
+			switch e.Mode {
+			case "numa-memory":
+				m.numaRemoteMem = math.Max(m.numaRemoteMem, e.Value)
+			case "numa-cpu":
+				m.numaRemoteCPU = math.Max(m.numaRemoteCPU, e.Value)
+			}
 		case catalog.EffectRank:
 			if e.Mode == "hang" && g.job != nil {
 				m.rankHung = true
@@ -393,9 +405,14 @@ func (t *Twin) fire(a *application, e catalog.Effect) {
 			}
 		}
 	case catalog.EffectNVLink:
-		if e.Mode == "down" && e.Code == 74 {
+		if e.Mode == "down" {
 			for _, g := range a.gpus {
-				t.xidLine(a, g, 74)
+				// Every link of the GPU failed and went through the
+				// link-level recovery (NVML_NVLINK_ERROR_DL_RECOVERY).
+				g.nvlinkRecoveries += float64(g.model.NVLinks)
+				if e.Code == 74 {
+					t.xidLine(a, g, 74)
+				}
 			}
 		}
 	case catalog.EffectCheckpoint:
@@ -445,6 +462,7 @@ func (t *Twin) xidLine(a *application, g *gpu, code int) {
 	}
 	t.log(g.node, xidPriority, xid.FormatLine(g.pci, code, pid, name, ""))
 	g.xidLast = float64(code)
+	g.xidTimes = append(g.xidTimes, t.now.Seconds())
 	a.xidSet[g] = float64(code)
 }
 

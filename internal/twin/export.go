@@ -2,6 +2,7 @@ package twin
 
 import (
 	"math"
+	"math/bits"
 	"slices"
 	"strconv"
 	"time"
@@ -28,7 +29,22 @@ type jobSeries struct {
 	step, rate, up, restarts, ckptStep, ckptTime, ckptFail, resumed, goodput *series.Series
 	ckptInterval                                                             *series.Series
 	rankStep                                                                 []*series.Series
+	// numa are the gpuchaos agent's NUMA alignment series of each rank's
+	// process, by rank.
+	numa []numaSeries
 }
+
+// numaSeries are the three series the gpuchaos agent exports for one GPU
+// process (internal/agent/numa.go): misaligned, remote memory and remote
+// CPU ratios.
+type numaSeries struct {
+	misaligned, remoteMemory, remoteCPU *series.Series
+}
+
+// maxRemoteMemoryRatio is internal/numa's MaxRemoteMemoryRatio, the share
+// of remote memory above which the agent calls a process misaligned (a
+// test holds the two equal; the twin does not link the real-node package).
+const maxRemoteMemoryRatio = 0.5
 
 // gpuMetric is one dcgm-exporter field and how to read it off a GPU in the
 // exporter's unit.
@@ -76,7 +92,90 @@ func allGPUMetrics() []gpuMetric {
 		{"DCGM_FI_DEV_THERMAL_VIOLATION", func(g *gpu) float64 { return math.Round(g.thermalViolUs) }},
 		{"DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", func(g *gpu) float64 { return math.Floor(g.crcFlits) }},
 		{"DCGM_FI_DEV_CLOCKS_EVENT_REASONS", func(g *gpu) float64 { return float64(g.reasons) }},
+		// The field's name before DCGM 3.3; many deployed counters files
+		// still list it, and it reads the same bits.
+		{"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", func(g *gpu) float64 { return float64(g.reasons) }},
+		// Violation counters the twin has no cause for stay at zero: it
+		// models no sync boost, board limit or reliability policy.
+		{"DCGM_FI_DEV_SYNC_BOOST_VIOLATION", func(*gpu) float64 { return 0 }},
+		{"DCGM_FI_DEV_BOARD_LIMIT_VIOLATION", func(*gpu) float64 { return 0 }},
+		{"DCGM_FI_DEV_LOW_UTIL_VIOLATION", func(g *gpu) float64 { return math.Round(g.lowUtilViolUs) }},
+		{"DCGM_FI_DEV_RELIABILITY_VIOLATION", func(*gpu) float64 { return 0 }},
+		{"DCGM_EXP_CLOCK_EVENTS_COUNT", func(g *gpu) float64 { return float64(bits.OnesCount64(g.reasons &^ reasonGPUIdle)) }},
+		{"DCGM_EXP_XID_ERRORS_COUNT", func(g *gpu) float64 { return float64(g.recentXIDs()) }},
+		{"DCGM_EXP_GPU_HEALTH_STATUS", func(g *gpu) float64 { return g.health() }},
+		{"DCGM_EXP_P2P_STATUS", func(g *gpu) float64 { return g.p2pStatus() }},
+		// NVML's memory info v2 splits the framebuffer into used, free
+		// and reserved; the total is their sum, the board's size.
+		{"DCGM_FI_DEV_FB_TOTAL", func(g *gpu) float64 { return g.model.MemoryMiB }},
+		// Hopper and later remap rows instead of retiring pages, so the
+		// page-retirement fields stay zero on every preset the twin has.
+		{"DCGM_FI_DEV_RETIRED_SBE", func(*gpu) float64 { return 0 }},
+		{"DCGM_FI_DEV_RETIRED_DBE", func(*gpu) float64 { return 0 }},
+		{"DCGM_FI_DEV_RETIRED_PENDING", func(*gpu) float64 { return 0 }},
+		{"DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", func(g *gpu) float64 { return math.Floor(g.crcData) }},
+		// The link layer retries every flit whose CRC failed: one replay
+		// per CRC error.
+		{"DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL", func(g *gpu) float64 { return math.Floor(g.crcFlits) }},
+		{"DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", func(g *gpu) float64 { return g.nvlinkRecoveries }},
+		// Link 0's share of the GPU's NVLink traffic, in the same unit as
+		// DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL.
+		{"DCGM_FI_DEV_NVLINK_BANDWIDTH_L0", func(g *gpu) float64 {
+			return math.Round(g.nvlinkMBps / float64(max(g.model.NVLinks, 1)))
+		}},
+		{"DCGM_FI_DEV_ROW_REMAP_PENDING", func(g *gpu) float64 { return b2f(g.mods.remapPending) }},
+		// Profiling ratios of a bf16 training step: the SMs are as busy as
+		// the graphics engine, about half their warp slots are resident,
+		// and the non-tensor pipes see a little fp32 and fp16 work (loss,
+		// optimizer, norms) and no fp64. Modelling choices, not measured.
+		{"DCGM_FI_PROF_SM_ACTIVE", func(g *gpu) float64 { return round4(math.Min(1, 0.95*g.busy+g.mods.smLoad)) }},
+		{"DCGM_FI_PROF_SM_OCCUPANCY", func(g *gpu) float64 { return round4(math.Min(1, 0.5*g.busy+0.5*g.mods.smLoad)) }},
+		{"DCGM_FI_PROF_PIPE_FP64_ACTIVE", func(*gpu) float64 { return 0 }},
+		{"DCGM_FI_PROF_PIPE_FP32_ACTIVE", func(g *gpu) float64 { return round4(math.Min(1, 0.05*g.busy+0.5*g.mods.smLoad)) }},
+		{"DCGM_FI_PROF_PIPE_FP16_ACTIVE", func(g *gpu) float64 { return round4(0.1 * g.busy) }},
 	}
+}
+
+// xidCountWindow is how far back DCGM_EXP_XID_ERRORS_COUNT counts:
+// dcgm-exporter's --xid-count-window-size, five minutes by default.
+const xidCountWindow = 5 * time.Minute
+
+// recentXIDs counts the GPU's XIDs within xidCountWindow (the scrape
+// drops older ones). dcgm-exporter splits the count by an xid label; the
+// twin exports the GPU's total.
+func (g *gpu) recentXIDs() int {
+	return len(g.xidTimes)
+}
+
+// DCGM health results (dcgmHealthWatchResults_t): pass, warn, fail.
+const (
+	healthPass = 0
+	healthWarn = 10
+	healthFail = 20
+)
+
+// health is DCGM_EXP_GPU_HEALTH_STATUS: fail when the GPU needs a reset
+// or its row remapping failed, warn while correctable errors arrive, a
+// row remap is pending, its NVLinks err or are down, or it throttles for
+// heat; pass otherwise.
+func (g *gpu) health() float64 {
+	m := &g.mods
+	switch {
+	case m.resetPending || m.remapFailure:
+		return healthFail
+	case m.sbePerMin > 0 || m.remapPending || m.crcPerMin > 0 || m.nvlinkDown || g.reasons&(reasonHWThermal|reasonSWThermal) != 0:
+		return healthWarn
+	}
+	return healthPass
+}
+
+// p2pStatus is DCGM_EXP_P2P_STATUS as nvmlGpuP2PStatus_t: 0 (OK) while
+// the NVLinks are up, 6 (NVML_P2P_STATUS_UNKNOWN) while they are down.
+func (g *gpu) p2pStatus() float64 {
+	if g.mods.nvlinkDown {
+		return 6
+	}
+	return 0
 }
 
 // util is GPU_UTIL as a fraction: a co-tenant's kernels keep it at 100 %.
@@ -146,6 +245,15 @@ func (s *seriesStore) init(t *Twin) {
 		for r, g := range j.ranks {
 			j.series.rankStep = append(j.series.rankStep, s.add("gpuchaos_rank_step_seconds",
 				labels("job", j.spec.Name, "rank", strconv.Itoa(r), "Hostname", g.node.name, "gpu", strconv.Itoa(g.index))))
+			// The agent labels a process by gpu, pid and comm; Hostname is
+			// added as dcgm-exporter's series carry it, so that an alert
+			// names its node.
+			nl := labels("gpu", strconv.Itoa(g.index), "pid", strconv.Itoa(j.pid+r), "comm", "python3", "Hostname", g.node.name)
+			j.series.numa = append(j.series.numa, numaSeries{
+				misaligned:   s.add("gpuchaos_numa_misaligned", nl),
+				remoteMemory: s.add("gpuchaos_numa_remote_memory_ratio", nl),
+				remoteCPU:    s.add("gpuchaos_numa_remote_cpu_ratio", nl),
+			})
 		}
 	}
 }
@@ -184,6 +292,8 @@ func (s *seriesStore) add(metric string, ls series.Labels) *series.Series {
 func (t *Twin) doScrape() {
 	ts := t.Now().UnixMilli()
 	for _, g := range t.gpus {
+		old := (t.now - xidCountWindow).Seconds()
+		g.xidTimes = slices.DeleteFunc(g.xidTimes, func(at float64) bool { return at <= old })
 		if g.mods.offBus {
 			// A GPU off the bus is gone from NVML and DCGM: dcgm-exporter
 			// stops exposing its series and the scraper marks them stale.
@@ -232,6 +342,19 @@ func (t *Twin) doScrape() {
 				// A rank that is down exports no timing: stale.
 				se.MarkStale(ts)
 			}
+		}
+		for r, ns := range js.numa {
+			if !j.processAlive() || r >= len(j.ranks) || j.ranks[r].mods.offBus {
+				// The agent judges only live processes on GPUs it sees.
+				ns.misaligned.MarkStale(ts)
+				ns.remoteMemory.MarkStale(ts)
+				ns.remoteCPU.MarkStale(ts)
+				continue
+			}
+			m := &j.ranks[r].mods
+			ns.misaligned.Append(ts, b2f(m.numaRemoteCPU > 0 || m.numaRemoteMem > maxRemoteMemoryRatio))
+			ns.remoteMemory.Append(ts, m.numaRemoteMem)
+			ns.remoteCPU.Append(ts, m.numaRemoteCPU)
 		}
 	}
 }

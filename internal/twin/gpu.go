@@ -6,13 +6,22 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/series"
 )
 
-// Clock event reasons, as DCGM_FI_DEV_CLOCKS_EVENT_REASONS reports them
-// (NVML's nvmlClocksEventReason* bit values).
+// Clock event reasons, as DCGM_FI_DEV_CLOCKS_EVENT_REASONS (and its older
+// name DCGM_FI_DEV_CLOCK_THROTTLE_REASONS) reports them: NVML's
+// nvmlClocksEventReason* bits, read from nvml.h as github.com/NVIDIA/go-nvml
+// v0.13.4-1 ships it (pkg/nvml/nvml.h, group nvmlClocksEventReasons). The
+// twin sets idle, SW power cap, SW thermal, HW slowdown, HW thermal and HW
+// power brake; the others name states it does not model.
 const (
-	reasonGPUIdle      = 0x1
-	reasonSWPowerCap   = 0x4
-	reasonSWThermal    = 0x20
-	reasonPowerBrakeHW = 0x80
+	reasonGPUIdle      = 0x1   // nvmlClocksEventReasonGpuIdle
+	reasonAppClocks    = 0x2   // nvmlClocksEventReasonApplicationsClocksSetting
+	reasonSWPowerCap   = 0x4   // nvmlClocksEventReasonSwPowerCap
+	reasonHWSlowdown   = 0x8   // nvmlClocksEventReasonHwSlowdown: set with either HW cause below
+	reasonSyncBoost    = 0x10  // nvmlClocksEventReasonSyncBoost
+	reasonSWThermal    = 0x20  // nvmlClocksEventReasonSwThermalSlowdown
+	reasonHWThermal    = 0x40  // nvmlClocksEventReasonHwThermalSlowdown
+	reasonPowerBrakeHW = 0x80  // nvmlClocksEventReasonHwPowerBrakeSlowdown
+	reasonDisplayClock = 0x100 // nvmlClocksEventReasonDisplayClockSetting
 )
 
 // Physics constants. The power model is P = idle + (TDP − idle) · a ·
@@ -25,6 +34,11 @@ const (
 	thermalGain    = 20.0  // W per °C above slowdown the thermal controller sheds
 	hbmTempFactor  = 1.1   // HBM runs a little hotter than the core under load
 	reservedMiB    = 600.0 // driver and context reservation, never free
+	// crcDataShare is the share of NVLink CRC errors that hit data flits
+	// (DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL) besides the flit CRC
+	// count every error raises. A modelling choice, not a measured figure:
+	// rules alert on either counter's increase, not on the ratio.
+	crcDataShare = 0.5
 )
 
 // gpu is one device: its identity, its physical state and the modifiers the
@@ -45,6 +59,7 @@ type gpu struct {
 	thermalActive                          bool // the thermal controller is limiting the clock
 	reasons                                uint64
 	powerViolUs, thermalViolUs             float64
+	lowUtilViolUs                          float64 // time held at the idle clock
 
 	// What the workload makes the GPU do; set when a step starts.
 	act        float64 // power activity 0..1
@@ -62,7 +77,9 @@ type gpu struct {
 	pcieReplay             float64
 	sbeVol, sbeAgg         float64
 	dbeVol, dbeAgg         float64
-	crcFlits               float64
+	crcFlits, crcData      float64
+	nvlinkRecoveries       float64
+	xidTimes               []float64 // seconds since start of recent XIDs, for DCGM_EXP_XID_ERRORS_COUNT
 	xid92Logged            bool
 	mods                   gpuMods
 	series                 []*series.Series // per enabled GPU metric, in gpuMetrics order
@@ -73,11 +90,14 @@ type gpu struct {
 type gpuMods struct {
 	thermalFactor  float64 // multiplies thermal resistance
 	powerCap       float64 // allowed fraction of TDP
+	powerBrake     bool    // the cap is the board's HW power brake, not a SW limit
 	smLoad         float64 // SM share taken by a co-tenant
 	vramFrac       float64 // HBM share held by someone else
 	pcieBps        float64 // extra host-device copy bytes/s
 	pcieFactor     float64 // input-pipeline slowdown of the rank
 	computeFactor  float64 // silent compute slowdown of the rank
+	numaRemoteMem  float64 // share of the rank's host memory off its GPU's NUMA node
+	numaRemoteCPU  float64 // share of the rank's allowed CPUs off its GPU's NUMA node
 	nvlinkDown     bool
 	nvlinkFallback float64
 	crcPerMin      float64
@@ -171,13 +191,20 @@ func (g *gpu) step(t *Twin, dt float64) {
 	if a <= 0 {
 		f = idleClockShare * m.MaxSMClockMHz
 		g.reasons |= reasonGPUIdle
+		g.lowUtilViolUs += dt * 1e6
 	} else {
 		if g.temp >= m.SlowdownCelsius {
 			g.thermalActive = true
 		}
 		if capW := m.TDPWatts * g.mods.powerCap; g.powerAt(a, f) > capW {
 			f = math.Max(g.clockFor(a, capW), minClockShare*m.MaxSMClockMHz)
-			g.reasons |= reasonSWPowerCap
+			if g.mods.powerBrake {
+				// The brake is a board signal: NVML reports it as a HW
+				// slowdown with the power-brake cause.
+				g.reasons |= reasonHWSlowdown | reasonPowerBrakeHW
+			} else {
+				g.reasons |= reasonSWPowerCap
+			}
 			g.powerViolUs += dt * 1e6
 		}
 		if g.thermalActive {
@@ -185,6 +212,12 @@ func (g *gpu) step(t *Twin, dt float64) {
 			if g.powerAt(a, f) > lim {
 				f = math.Max(g.clockFor(a, lim), minClockShare*m.MaxSMClockMHz)
 				g.reasons |= reasonSWThermal
+				if g.temp >= m.SlowdownCelsius {
+					// At or above the model's slowdown temperature (NVML's
+					// NVML_TEMPERATURE_THRESHOLD_SLOWDOWN) the hardware
+					// slowdown engages as well.
+					g.reasons |= reasonHWSlowdown | reasonHWThermal
+				}
 				g.thermalViolUs += dt * 1e6
 			} else {
 				// The cause is gone: the clock is no longer held down.
@@ -217,7 +250,9 @@ func (g *gpu) step(t *Twin, dt float64) {
 		g.sbeAgg += n
 	}
 	if g.mods.crcPerMin > 0 {
-		g.crcFlits += g.mods.crcPerMin * dt / 60
+		n := g.mods.crcPerMin * dt / 60
+		g.crcFlits += n
+		g.crcData += crcDataShare * n
 	}
 }
 
@@ -231,7 +266,7 @@ func (g *gpu) settle(t *Twin) {
 		g.memTemp = g.ambient() + hbmTempFactor*g.power*r
 	}
 	g.energyJ = 0
-	g.powerViolUs, g.thermalViolUs = 0, 0
+	g.powerViolUs, g.thermalViolUs, g.lowUtilViolUs = 0, 0, 0
 }
 
 // fbUsedMiB is the framebuffer in use, as DCGM counts it (the driver's

@@ -218,14 +218,29 @@ func DefaultCounters() []string {
 }
 
 // OptInCounters returns the fields the twin can export that dcgm-exporter
-// leaves off by default. DCGM_FI_DEV_CLOCK_THROTTLE_REASONS is accepted in
-// a spec as the older name of DCGM_FI_DEV_CLOCKS_EVENT_REASONS.
+// leaves off by default: every dcgm-exporter counter internal/rules'
+// metric data marks opt-in (a test holds the two lists equal), so every
+// counter the rules analysis tells a user to enable can be enabled here.
+// DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, the older name of
+// DCGM_FI_DEV_CLOCKS_EVENT_REASONS, is exported under the name opted in.
 func OptInCounters() []string {
 	return []string{
 		"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
 		"DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
 		"DCGM_FI_DEV_POWER_VIOLATION", "DCGM_FI_DEV_THERMAL_VIOLATION",
 		"DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_CLOCKS_EVENT_REASONS",
+		"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS",
+		"DCGM_FI_DEV_SYNC_BOOST_VIOLATION", "DCGM_FI_DEV_BOARD_LIMIT_VIOLATION",
+		"DCGM_FI_DEV_LOW_UTIL_VIOLATION", "DCGM_FI_DEV_RELIABILITY_VIOLATION",
+		"DCGM_EXP_CLOCK_EVENTS_COUNT", "DCGM_EXP_XID_ERRORS_COUNT",
+		"DCGM_EXP_GPU_HEALTH_STATUS", "DCGM_EXP_P2P_STATUS",
+		"DCGM_FI_DEV_FB_TOTAL",
+		"DCGM_FI_DEV_RETIRED_SBE", "DCGM_FI_DEV_RETIRED_DBE", "DCGM_FI_DEV_RETIRED_PENDING",
+		"DCGM_FI_DEV_NVLINK_CRC_DATA_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL",
+		"DCGM_FI_DEV_NVLINK_RECOVERY_ERROR_COUNT_TOTAL", "DCGM_FI_DEV_NVLINK_BANDWIDTH_L0",
+		"DCGM_FI_DEV_ROW_REMAP_PENDING",
+		"DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_OCCUPANCY",
+		"DCGM_FI_PROF_PIPE_FP64_ACTIVE", "DCGM_FI_PROF_PIPE_FP32_ACTIVE", "DCGM_FI_PROF_PIPE_FP16_ACTIVE",
 	}
 }
 
@@ -585,10 +600,6 @@ func (e *ExporterSpec) normalize() error {
 		e.OptIn = []string{}
 	}
 	for i, c := range e.OptIn {
-		if c == "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS" {
-			e.OptIn[i] = "DCGM_FI_DEV_CLOCKS_EVENT_REASONS"
-			continue
-		}
 		if !slices.Contains(OptInCounters(), c) {
 			return fieldErr(fmt.Sprintf("exporter.optIn[%d]", i), "unknown opt-in counter %q (known: %s)", c, strings.Join(OptInCounters(), ", "))
 		}

@@ -65,7 +65,9 @@ func TestSpecRoundTrip(t *testing.T) {
 			t.Errorf("%s: New: %v", name, err)
 		}
 	}
-	if got := custom.Exporter.OptIn; !reflect.DeepEqual(got, []string{"DCGM_FI_DEV_CLOCKS_EVENT_REASONS"}) {
+	// The older name stays as opted in: the twin exports it under that
+	// name, so rules written against it match (issue 14).
+	if got := custom.Exporter.OptIn; !reflect.DeepEqual(got, []string{"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"}) {
 		t.Errorf("throttle reasons alias normalised to %v", got)
 	}
 	if l := custom.Nodes.List[1].Labels; l["zone"] != "z1" || l["pool"] != "big" {
