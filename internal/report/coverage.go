@@ -195,9 +195,9 @@ func CoverageTable(w io.Writer, res *coverage.Result) error {
 		fr := fd.FaultResult
 		by := detectedBy(fr)
 		if by == "" {
-			by = "MISSED by all " + fmt.Sprint(len(res.Detectors)) + " detectors"
+			by = missedBy(len(res.Detectors))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%.1f\n", fd.ID, targetName(fr), by, fr.Job.Goodput, fr.Job.LostGPUHours-res.Baseline.Job.LostGPUHours)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%.2f\t%s\n", fd.ID, targetName(fr), by, fr.Job.Goodput, oneDecimal(fr.Job.LostGPUHours-res.Baseline.Job.LostGPUHours))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -225,6 +225,11 @@ func CoverageTable(w io.Writer, res *coverage.Result) error {
 			fired[c.Detector] = true
 		}
 	}
+	// A noisy detector fired, on the fault-free twin: it is listed with
+	// the false positives, not as one that never fired.
+	for _, fp := range res.Baseline.FalsePositives {
+		fired[fp] = true
+	}
 	var silent []string
 	for _, d := range res.Detectors {
 		if !fired[d.Name] {
@@ -234,20 +239,36 @@ func CoverageTable(w io.Writer, res *coverage.Result) error {
 	if len(silent) > 0 {
 		fmt.Fprintf(w, "Detectors that never fired: %s.\n", strings.Join(silent, ", "))
 	}
-	if fp := res.Baseline.FalsePositives; len(fp) > 0 {
-		fmt.Fprintf(w, "False positives on the fault-free twin: %s.\n", strings.Join(fp, ", "))
+	if noisy := res.Baseline.Noisy; len(noisy) > 0 {
+		var parts []string
+		for _, n := range noisy {
+			parts = append(parts, fmt.Sprintf("%s (%s)", n.Detector, n.Count()))
+		}
+		fmt.Fprintf(w, "False positives on the fault-free twin (no detection credit): %s.\n", strings.Join(parts, ", "))
+	} else if fp := res.Baseline.FalsePositives; len(fp) > 0 {
+		fmt.Fprintf(w, "False positives on the fault-free twin (no detection credit): %s.\n", strings.Join(fp, ", "))
 	}
-	fmt.Fprintf(w, "Goodput: %.3f fault-free; %.3f on average under a fault; %.1f GPU-hours lost to faults beyond the baseline.\n",
-		s.BaselineGoodput, s.Goodput, s.LostGPUHours)
-	var never []coverage.RuleReport
+	fmt.Fprintf(w, "Goodput: %.3f fault-free; %.3f on average under a fault; %s GPU-hours lost to faults beyond the baseline.\n",
+		s.BaselineGoodput, s.Goodput, oneDecimal(s.LostGPUHours))
+	var never, unproduced []coverage.RuleReport
 	for _, r := range res.Rules {
-		if r.Status == "never_fires" {
+		switch {
+		case r.Status != string(rules.StatusNeverFires):
+		case r.Kind == string(rules.KindRecord):
+			unproduced = append(unproduced, r)
+		default:
 			never = append(never, r)
 		}
 	}
 	if len(never) > 0 {
 		fmt.Fprintf(w, "\nRules that can never fire (%d of %d):\n", len(never), len(res.Rules))
 		for _, r := range never {
+			fmt.Fprintf(w, "  %s (%s): %s\n", r.Name, r.Source, r.Reason)
+		}
+	}
+	if len(unproduced) > 0 {
+		fmt.Fprintf(w, "\nRecording rules that can never produce a series (%d of %d):\n", len(unproduced), len(res.Rules))
+		for _, r := range unproduced {
 			fmt.Fprintf(w, "  %s (%s): %s\n", r.Name, r.Source, r.Reason)
 		}
 	}
@@ -311,4 +332,30 @@ func seconds(s float64) string {
 		return fmt.Sprintf("%.0fs", s)
 	}
 	return fmt.Sprintf("%.1fm", s/60)
+}
+
+// missedBy is the DETECTED BY cell of a fault nothing noticed, which says
+// how many detectors were judged: "all 0" when none was (recording rules
+// only, no --builtin) said nothing true (issue 14).
+func missedBy(detectors int) string {
+	switch detectors {
+	case 0:
+		return "MISSED: no detector judged (no alert rule, no built-in)"
+	case 1:
+		return "MISSED by the only detector"
+	case 2:
+		return "MISSED by both detectors"
+	}
+	return fmt.Sprintf("MISSED by all %d detectors", detectors)
+}
+
+// oneDecimal formats a figure to one decimal place without the "-0.0" a
+// tiny negative rounds to: a fault that cost a few GPU-seconds less than
+// the baseline cost nothing (issue 14).
+func oneDecimal(v float64) string {
+	s := fmt.Sprintf("%.1f", v)
+	if s == "-0.0" {
+		return "0.0"
+	}
+	return s
 }

@@ -273,7 +273,7 @@ func TestCoverageTable(t *testing.T) {
 				"By family: hardware 1/2, numa 0/1.",
 				"Missed (nothing noticed): numa.remote-memory.",
 				"Late (noticed after the deadline only): hardware.thermal-throttle.",
-				"False positives on the fault-free twin: dcgm-gpu-temp-high.",
+				"False positives on the fault-free twin (no detection credit): dcgm-gpu-temp-high.",
 				"Goodput: 0.980 fault-free; 0.883 on average under a fault; 2.9 GPU-hours lost to faults beyond the baseline.",
 			},
 			absent: []string{"Detectors that never fired"},
@@ -288,6 +288,52 @@ func TestCoverageTable(t *testing.T) {
 				"Detectors that never fired: dcgm-xid-errors, kmsg-xid, dcgm-gpu-temp-high.",
 			},
 			absent: []string{"Late (", "False positives"},
+		},
+		{
+			// Issue 14, observation 12: no "all 0 detectors", no "-0.0".
+			name: "no detector judged, a cost a hair under the baseline's",
+			res: result(nil, coverage.Baseline{Job: coverage.JobImpact{Goodput: 0.99, LostGPUHours: 0.32}, FalsePositives: []string{}},
+				faultResult(fault(t, "numa.remote-memory"), rank3, coverage.JobImpact{Goodput: 0.99, LostGPUHours: 0.3}, nil)),
+			rows: [][]string{{"numa.remote-memory", "train/rank3", "MISSED: no detector judged (no alert rule, no built-in)", "0.99", " 0.0"}},
+			lines: []string{"Goodput: 0.990 fault-free; 0.990 on average under a fault; 0.0 GPU-hours lost to faults beyond the baseline."},
+			absent: []string{"-0.0", "all 0"},
+		},
+		{
+			name: "one detector",
+			res:  result(ds[:1], none, faultResult(fault(t, "numa.remote-memory"), rank3, coverage.JobImpact{Goodput: 0.95}, ds[:1], miss)),
+			rows: [][]string{{"numa.remote-memory", "train/rank3", "MISSED by the only detector"}},
+		},
+		{
+			// Issue 14, observation 3: the report says how often a noisy
+			// detector fired, and does not call it silent.
+			name: "noisy detector",
+			res: result(ds, coverage.Baseline{Job: coverage.JobImpact{Goodput: 1}, FalsePositives: []string{"dcgm-gpu-temp-high"},
+				Noisy: []coverage.Noise{{Detector: "dcgm-gpu-temp-high", Firings: 4, Seconds: 1800}}},
+				faultResult(fault(t, "numa.remote-memory"), rank3, coverage.JobImpact{Goodput: 0.95}, ds, miss, miss, miss)),
+			rows: [][]string{{"numa.remote-memory", "MISSED by all 3 detectors"}},
+			lines: []string{
+				"Detectors that never fired: dcgm-xid-errors, kmsg-xid.",
+				"False positives on the fault-free twin (no detection credit): dcgm-gpu-temp-high (fired 4 times in 30m).",
+			},
+		},
+		{
+			// Issue 14, observation 12: a recording rule never produces.
+			name: "rules that never fire and records that never produce",
+			res: func() *coverage.Result {
+				r := result(nil, none, faultResult(fault(t, "numa.remote-memory"), rank3, coverage.JobImpact{Goodput: 0.95}, nil))
+				r.Rules = []coverage.RuleReport{
+					{Name: "GpuDbe", Kind: "alert", Source: "a.yaml:4", Status: "never_fires", Reason: "GpuDbe reads x"},
+					{Name: "gpu:dbe:rate5m", Kind: "record", Source: "a.yaml:8", Status: "never_fires", Reason: "gpu:dbe:rate5m never produces a series: it reads x"},
+				}
+				return r
+			}(),
+			rows: [][]string{{"numa.remote-memory", "MISSED: no detector judged"}},
+			lines: []string{
+				"Rules that can never fire (1 of 2):",
+				"  GpuDbe (a.yaml:4): GpuDbe reads x",
+				"Recording rules that can never produce a series (1 of 2):",
+				"  gpu:dbe:rate5m (a.yaml:8): gpu:dbe:rate5m never produces a series: it reads x",
+			},
 		},
 		{
 			name: "more than three detectors are summarised",
