@@ -40,8 +40,9 @@ func newXIDParseCmd() *cobra.Command {
 		Short: "Print the XID and SXid events in kernel log text as JSON lines",
 		Long: `Read kernel log text from FILE, or standard input when FILE is - or
 absent, and print one JSON object per XID or NVSwitch SXid line:
-kind (xid or sxid), code, pci (domain:bus:device), pid and process (null
-when the driver could not attribute the error), message, the recommended
+kind (xid or sxid), code, pci (domain:bus:device; null when the line's
+address was redacted, PCI:0000:xx:00), pid and process (null when the
+driver could not attribute the error), message, the recommended
 action, and time (the line's stamp as written, when it has one).
 
 Accepted shapes: raw /dev/kmsg records, dmesg with [seconds] or dmesg -T
