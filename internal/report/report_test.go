@@ -294,8 +294,8 @@ func TestCoverageTable(t *testing.T) {
 			name: "no detector judged, a cost a hair under the baseline's",
 			res: result(nil, coverage.Baseline{Job: coverage.JobImpact{Goodput: 0.99, LostGPUHours: 0.32}, FalsePositives: []string{}},
 				faultResult(fault(t, "numa.remote-memory"), rank3, coverage.JobImpact{Goodput: 0.99, LostGPUHours: 0.3}, nil)),
-			rows: [][]string{{"numa.remote-memory", "train/rank3", "MISSED: no detector judged (no alert rule, no built-in)", "0.99", " 0.0"}},
-			lines: []string{"Goodput: 0.990 fault-free; 0.990 on average under a fault; 0.0 GPU-hours lost to faults beyond the baseline."},
+			rows:   [][]string{{"numa.remote-memory", "train/rank3", "MISSED: no detector judged (no alert rule, no built-in)", "0.99", " 0.0"}},
+			lines:  []string{"Goodput: 0.990 fault-free; 0.990 on average under a fault; 0.0 GPU-hours lost to faults beyond the baseline."},
 			absent: []string{"-0.0", "all 0"},
 		},
 		{
