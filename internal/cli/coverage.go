@@ -15,6 +15,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/report"
 	"github.com/gpuchaos/gpuchaos/internal/rules"
+	"github.com/gpuchaos/gpuchaos/internal/suggest"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
@@ -229,12 +230,14 @@ func firstFew(list []string, n int) string {
 
 // checkOptIn refuses --opt-in values the twin cannot export, before any
 // twin is built: the twin's spec would refuse them later with an error
-// chain that names no flag (issue 12).
+// chain that names no flag (issue 12). The twin exports every opt-in
+// counter the rules analysis can name (issue 14), so a refusal here is a
+// default counter or a name gpuchaos does not know, with the nearest known
+// one when a typo is likely.
 func checkOptIn(vals []string) error {
 	known := twin.OptInCounters()
 	for _, c := range vals {
-		// The twin's spec takes the counter's older name too.
-		if slices.Contains(known, c) || c == "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS" {
+		if slices.Contains(known, c) {
 			continue
 		}
 		list := strings.Join(known, ", ")
@@ -242,7 +245,10 @@ func checkOptIn(vals []string) error {
 			if m.Availability == rules.AvailDefault {
 				return fmt.Errorf("--opt-in: %s is exported by default (%s); --opt-in takes counters the default set leaves off (known: %s)", c, m.Source, list)
 			}
-			return fmt.Errorf("--opt-in: %s is an opt-in counter of %s that the twin does not simulate (it simulates: %s)", c, m.Source, list)
+			return fmt.Errorf("--opt-in: %s is an opt-in metric of %s, not a dcgm-exporter counter the twin can switch on (known: %s)", c, m.Source, list)
+		}
+		if s, d := suggest.Closest(c, known); d <= len(c)/3 {
+			return fmt.Errorf("--opt-in: %s is not a dcgm-exporter opt-in counter gpuchaos knows; did you mean %s?", c, s)
 		}
 		return fmt.Errorf("--opt-in: %s is not a dcgm-exporter opt-in counter gpuchaos knows (known: %s)", c, list)
 	}

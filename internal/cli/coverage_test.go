@@ -52,8 +52,8 @@ func TestCoverageBadRules(t *testing.T) {
 			"--opt-in: NOT_A_METRIC is not a dcgm-exporter opt-in counter gpuchaos knows (known: DCGM_FI_DEV_ECC_SBE_VOL_TOTAL, "},
 		{"default counter as opt-in", []string{"--rules", "pack:seed", "--opt-in", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL,DCGM_FI_DEV_GPU_TEMP"},
 			"--opt-in: DCGM_FI_DEV_GPU_TEMP is exported by default (dcgm-exporter)"},
-		{"opt-in the twin lacks", []string{"--rules", "pack:seed", "--opt-in", "DCGM_FI_PROF_SM_ACTIVE"},
-			"--opt-in: DCGM_FI_PROF_SM_ACTIVE is an opt-in counter of dcgm-exporter that the twin does not simulate"},
+		{"misspelt opt-in", []string{"--rules", "pack:seed", "--opt-in", "DCGM_FI_DEV_FB_TOTL"},
+			"--opt-in: DCGM_FI_DEV_FB_TOTL is not a dcgm-exporter opt-in counter gpuchaos knows; did you mean DCGM_FI_DEV_FB_TOTAL?"},
 		{"unknown finding", []string{"--rules", "pack:seed", "--fail-on", "missed,loud"}, `--fail-on: "loud" is not one of missed, never-fires or noisy`},
 	}
 	for _, tt := range tests {
