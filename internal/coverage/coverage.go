@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -156,14 +157,21 @@ type Noise struct {
 	Seconds float64 `json:"span_seconds"`
 }
 
-// Text says, in words, how often it fired.
-func (n Noise) Text() string {
+// Count says how often it fired: "fired 4 times in 30m".
+func (n Noise) Count() string {
 	times := "times"
 	if n.Firings == 1 {
 		times = "time"
 	}
-	return fmt.Sprintf("fired %d %s on the fault-free twin over %s", n.Firings, times, time.Duration(n.Seconds*float64(time.Second)))
+	span := strings.TrimSuffix((time.Duration(n.Seconds) * time.Second).String(), "0s")
+	if strings.HasSuffix(span, "h0m") {
+		span = strings.TrimSuffix(span, "0m")
+	}
+	return fmt.Sprintf("fired %d %s in %s", n.Firings, times, span)
 }
+
+// Text is Count said of the fault-free twin.
+func (n Noise) Text() string { return n.Count() + " on the fault-free twin" }
 
 // Noisy is the verdict of every cell of a detector that fires on the
 // fault-free twin, and the status of its rule: what it fires on says
