@@ -124,11 +124,13 @@ func newXIDCodesCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "codes",
 		Short: "List the XID codes gpuchaos knows, with their actions",
-		Long: `List the XID table: code, name, recommended action and the catalogue
-message the driver prints. The table follows NVIDIA's XID catalogue; the
-same table drives the lines gpuchaos injects and the actions 'xid parse'
-reports. The action "see-text" (XID 154) means the line itself says what
-to do.`,
+		Long: `List the XID table: code, recommended action, NVIDIA's resolution
+bucket, name and description. The table is NVIDIA's XID catalogue (codes
+1-172, internal/xid/catalog.csv names the version), with each resolution
+bucket mapped onto an action; the same table drives the lines gpuchaos
+injects and the actions 'xid parse' reports. The action "see-text"
+(XID 154) means the line itself says what to do; a code not in the table
+parses with action "unknown".`,
 		Example: `  gpuchaos xid codes
   gpuchaos xid codes --format json | jq '.[] | select(.action == "reset-gpu") | .code'`,
 		Args: cobra.NoArgs,
@@ -138,9 +140,9 @@ to do.`,
 				return writeJSON(cmd.OutOrStdout(), all)
 			}
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-			fmt.Fprintln(tw, "CODE\tACTION\tNAME\tDESCRIPTION")
+			fmt.Fprintln(tw, "CODE\tACTION\tNVIDIA\tNAME\tDESCRIPTION")
 			for _, in := range all {
-				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\n", in.Code, in.Action, in.Name, in.Description)
+				fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\n", in.Code, in.Action, in.Resolution, in.Name, in.Description)
 			}
 			return tw.Flush()
 		},

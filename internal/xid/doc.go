@@ -8,5 +8,8 @@
 // The injector and the twin write lines with FormatLine; detectors and
 // 'gpuchaos xid parse' read them with ParseLine. Both take codes and actions
 // from the one table here, so what we inject is what we can recognise
-// (STYLE.md: one catalogue feeds both sides).
+// (STYLE.md: one catalogue feeds both sides). The table is NVIDIA's XID
+// catalogue, kept as data in catalog.csv with its source and the mapping
+// from NVIDIA's resolution buckets to our actions; a code it does not list
+// parses with ActionUnknown.
 package xid

@@ -44,7 +44,7 @@ type Event struct {
 	// Action is the recommended action: from the table, from the text
 	// for XID 154, from the severity for an SXid (Fatal: reset-gpu, which
 	// for a switch means resetting it with its GPUs; Non-fatal: none),
-	// and investigate for a code the table does not know.
+	// and ActionUnknown for an XID code the table does not know.
 	Action Action `json:"action"`
 	// Time is the line's stamp as written, when it has one: the
 	// microseconds field of a /dev/kmsg record, the seconds of a dmesg
@@ -413,7 +413,7 @@ func actionFor(code int, msg string) Action {
 	if in, ok := Lookup(code); ok {
 		return in.Action
 	}
-	return ActionInvestigate
+	return ActionUnknown
 }
 
 // recoveryRE finds the new action in an XID 154 message, "… changed from

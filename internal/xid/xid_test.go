@@ -81,6 +81,107 @@ func TestTable(t *testing.T) {
 	}
 }
 
+// TestCatalogue checks catalog.csv: it loads, holds NVIDIA's whole
+// catalogue once per code with a mnemonic and a resolution on every row,
+// maps each resolution bucket onto our actions as its header says, and
+// keeps the actions the hand-written table of 39 codes had.
+func TestCatalogue(t *testing.T) {
+	t.Parallel()
+	all := All()
+	if len(all) < 172 {
+		t.Errorf("table has %d codes, want NVIDIA's catalogue (172)", len(all))
+	}
+	for i, in := range all {
+		if in.Code != i+1 {
+			t.Fatalf("row %d has code %d: the catalogue runs 1..172 without gaps", i, in.Code)
+		}
+		if in.Mnemonic == "" || in.Resolution == "" {
+			t.Errorf("code %d: no mnemonic or resolution: %+v", in.Code, in)
+		}
+	}
+	bucket := map[string]Action{
+		"IGNORE": ActionNone, "RESTART_APP": ActionRestartApp, "RESET_GPU": ActionResetGPU,
+		"RESTART_BM": ActionReboot, "RESTART_VM": ActionReboot, "XID_154": ActionSeeText,
+	}
+	// Deliberate departures from the mapping, named in catalog.csv's header.
+	departures := map[int]Action{43: ActionRestartApp, 48: ActionResetGPU, 94: ActionNone}
+	for _, in := range all {
+		want, ok := bucket[in.Resolution]
+		if !ok {
+			want = ActionInvestigate
+		}
+		if d, ok := departures[in.Code]; ok {
+			if d == want {
+				t.Errorf("code %d: listed as a departure but the mapping gives %q too", in.Code, want)
+			}
+			want = d
+		}
+		if in.Action != want {
+			t.Errorf("code %d (%s): action %q, want %q", in.Code, in.Resolution, in.Action, want)
+		}
+	}
+	// The table before issue 14: every code keeps its action.
+	old := map[int]Action{
+		8: ActionRestartApp, 13: ActionRestartApp, 31: ActionRestartApp, 32: ActionRestartApp, 38: ActionNone,
+		43: ActionRestartApp, 45: ActionInvestigate, 46: ActionResetGPU, 48: ActionResetGPU, 56: ActionInvestigate,
+		57: ActionInvestigate, 58: ActionInvestigate, 61: ActionInvestigate, 62: ActionResetGPU, 63: ActionNone,
+		64: ActionResetGPU, 68: ActionRestartApp, 69: ActionRestartApp, 74: ActionInvestigate, 79: ActionReboot,
+		92: ActionNone, 94: ActionNone, 95: ActionResetGPU, 109: ActionResetGPU, 110: ActionResetGPU,
+		119: ActionResetGPU, 120: ActionResetGPU, 121: ActionNone, 136: ActionResetGPU, 140: ActionResetGPU,
+		143: ActionResetGPU, 144: ActionInvestigate, 145: ActionInvestigate, 146: ActionInvestigate,
+		147: ActionInvestigate, 148: ActionInvestigate, 149: ActionInvestigate, 150: ActionInvestigate,
+		154: ActionSeeText,
+	}
+	if len(old) != 39 {
+		t.Fatalf("old table has %d codes, want 39", len(old))
+	}
+	hand := handWritten()
+	for c, act := range old {
+		in, ok := Lookup(c)
+		if !ok || in.Action != act {
+			t.Errorf("code %d: action %q (found %v), want %q as before", c, in.Action, ok, act)
+		}
+		w, ok := hand[c]
+		if !ok || in.Name != w.name || in.Text != w.text || in.Description != w.description {
+			t.Errorf("code %d: our hand-written name, text or description was lost: %+v", c, in)
+		}
+	}
+	if len(hand) != len(old) {
+		t.Errorf("handWritten has %d codes, want the %d of the old table", len(hand), len(old))
+	}
+}
+
+// TestParseCatalogue feeds parseCatalogue broken catalogues.
+func TestParseCatalogue(t *testing.T) {
+	t.Parallel()
+	const head = "# comment\ncode,mnemonic,description,resolution,investigatory,action\n"
+	for _, tc := range []struct{ name, text, want string }{
+		{"duplicate", head + "1,A,a,IGNORE,,none\n1,B,b,IGNORE,,none\n", "appears twice"},
+		{"no mnemonic", head + "1,,a,IGNORE,,none\n", "lacks a mnemonic"},
+		{"no resolution", head + "1,A,a,,,none\n", "lacks a mnemonic"},
+		{"bad code", head + "x,A,a,IGNORE,,none\n", "not a positive number"},
+		{"bad action", head + "1,A,a,IGNORE,,unknown\n", "not one of the table's"},
+		{"bad header", "code,name\n", "header"},
+		{"short row", head + "1,A,a\n", "wrong number of fields"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := parseCatalogue(tc.text, nil)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("parseCatalogue: %v, want an error with %q", err, tc.want)
+			}
+		})
+	}
+	tab, err := parseCatalogue(head+"2,B,Unused,CONTACT_SUPPORT,,investigate\n1,A,Copy Engine Exception,RESTART_APP,CONTACT_SUPPORT,restart-app\n", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tab) != 2 || tab[0].Code != 1 || tab[0].Text != "Copy Engine Exception" || tab[1].Text != "B" ||
+		tab[0].Description != "Copy Engine Exception (A) in NVIDIA's catalogue; its immediate action is RESTART_APP, then CONTACT_SUPPORT." {
+		t.Errorf("parseCatalogue: %+v", tab)
+	}
+}
+
 func TestNormalizePCI(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -223,8 +324,12 @@ func TestParseLine(t *testing.T) {
 			&Event{Kind: "xid", Code: 154, PCI: "0000:02:00", Message: "GPU recovery action changed from 0x0 to 0x2", Action: ActionReboot}},
 		{"154 back to none", "NVRM: Xid (PCI:0000:02:00): 154, GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)",
 			&Event{Kind: "xid", Code: 154, PCI: "0000:02:00", Message: "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)", Action: ActionNone}},
-		{"unknown code", "NVRM: Xid (PCI:0000:02:00): 161, pid=1, name=a, b",
-			&Event{Kind: "xid", Code: 161, PCI: "0000:02:00", PID: ptr(1), Process: ptr("a"), Message: "b", Action: ActionInvestigate}},
+		{"unknown code", "NVRM: Xid (PCI:0000:02:00): 999, pid=1, name=a, b",
+			&Event{Kind: "xid", Code: 999, PCI: "0000:02:00", PID: ptr(1), Process: ptr("a"), Message: "b", Action: ActionUnknown}},
+		{"code newer than the catalogue", "NVRM: Xid (PCI:0000:02:00): 185, pid=1, name=a, b",
+			&Event{Kind: "xid", Code: 185, PCI: "0000:02:00", PID: ptr(1), Process: ptr("a"), Message: "b", Action: ActionUnknown}},
+		{"catalogue-only code", "NVRM: Xid (PCI:0000:02:00): 161, pid=1, name=a, b",
+			&Event{Kind: "xid", Code: 161, PCI: "0000:02:00", PID: ptr(1), Process: ptr("a"), Message: "b", Action: ActionNone}},
 		{"sxid non-fatal", "nvidia-nvswitch3: SXid (PCI:0000:4e:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error (First)",
 			&Event{Kind: "sxid", Code: 12028, PCI: "0000:4e:00", Message: "Non-fatal, Link 32 egress non-posted PRIV error (First)", Action: ActionNone}},
 		// Issue 14: shapes from pastes in public threads (testdata/pastes.log says where each is from).
