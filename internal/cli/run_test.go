@@ -263,7 +263,9 @@ func TestDemoTable(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
-	for _, want := range []string{"numa.remote-memory", "MISSED by all", "hardware.xid", "kmsg-xid", "Detected within the deadline: 1 of 5 faults", "Goodput:"} {
+	// The agent's NUMA check catches three of the four NUMA faults;
+	// cpu-saturation moves neither affinity nor placement (issue 14).
+	for _, want := range []string{"numa.remote-memory", "numa-misaligned 1.5m", "MISSED by all", "hardware.xid", "kmsg-xid", "Detected within the deadline: 4 of 5 faults", "Goodput:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}

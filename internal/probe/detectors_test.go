@@ -237,6 +237,20 @@ var detectorCases = []struct {
 		}},
 	},
 	{
+		// The agent's NUMA series (labels as the twin and agent write
+		// them): a process misplaced for two minutes, another healthy.
+		name: "numa-misaligned",
+		fire: scenario{series: []*series.Series{
+			h("gpuchaos_numa_misaligned", lbl("Hostname", "n1", "comm", "python3", "gpu", "0", "pid", "100"), constant(0)),
+			h("gpuchaos_numa_misaligned", lbl("Hostname", "n1", "comm", "python3", "gpu", "3", "pid", "103"), recent(2*time.Minute, 1, 0)),
+		}},
+		want: []probe.Subject{{Node: "n1", GPU: "3"}},
+		// Misplaced for 45 s only: under the 1m for.
+		quiet: scenario{series: []*series.Series{
+			h("gpuchaos_numa_misaligned", lbl("Hostname", "n1", "comm", "python3", "gpu", "3", "pid", "103"), recent(45*time.Second, 1, 0)),
+		}},
+	},
+	{
 		name: "job-restarted",
 		fire: scenario{series: []*series.Series{h("gpuchaos_job_restarts_total", train, recent(20*time.Minute, 1, 0))}},
 		want: []probe.Subject{trainSub},
