@@ -103,8 +103,16 @@ func exhaustionFaults() []*Fault {
 				Series:   []string{"DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_THERMAL_VIOLATION"},
 				Workload: "The rank slows while the burn shares its SMs, and more once the GPU passes its slowdown temperature.",
 				// The heat follows from the load through the twin's thermal
-				// model; cooling itself is unchanged.
-				Effects: fixedEffects(Effect{Kind: EffectSMLoad, Value: 1}),
+				// model. A long burn also heat-soaks the heatsink and the
+				// chassis: the GPU breathes its neighbours' exhaust, so its
+				// effective thermal resistance rises. Factor 1.42 is a
+				// modelling choice that settles a burning H200 (700 W) near
+				// 86 °C, past the 75–85 °C of the public temperature rules
+				// and below the burn's default 87 °C ceiling, which a real
+				// soak reaches and stops at. For scale: the lent H200 of
+				// ../shared/data/h200-telemetry/burn-bf16.json, alone in a
+				// well-cooled chassis for 25 s, sat at 56–57 °C at 691 W.
+				Effects: fixedEffects(Effect{Kind: EffectSMLoad, Value: 1}, Effect{Kind: EffectCooling, Factor: 1.42}),
 			},
 		},
 		{

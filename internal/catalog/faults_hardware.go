@@ -137,7 +137,18 @@ func hardwareFaults() []*Fault {
 			Scope:   ScopeGPU,
 			Safety:  SafetyDisruptive,
 			Params: []Param{
-				{Name: "factor", Type: ParamFloat, Default: "2.5", Min: "1", Max: "10", Unit: "x", Help: "multiplier of the GPU's thermal resistance (a failed fan or blocked airflow); 2.5 takes a loaded H200 past its slowdown temperature"},
+				// The default, 8, is cooling so far gone (a failed fan wall, a
+				// blocked inlet) that a loaded H200 stays at its slowdown
+				// temperature (89 °C, nvidia-smi -q "GPU Slowdown Temp" on
+				// HGX H100/H200) even at half clock: the HW thermal slowdown
+				// holds, at least halving the SM clock as nvml.h defines it
+				// ("reducing the core clocks by a factor of 2 or more",
+				// go-nvml v0.13.4-1 pkg/nvml/nvml.h), and power falls to
+				// about 130 W. Factors from about 2 to 6.9 cross the
+				// slowdown temperature once, engage the HW slowdown briefly
+				// and then settle under the SW thermal slowdown near 89 °C
+				// with the clock cut by a fifth.
+				{Name: "factor", Type: ParamFloat, Default: "8", Min: "1", Max: "10", Unit: "x", Help: "multiplier of the GPU's thermal resistance (a failed fan or blocked airflow); 8 holds a loaded H200 in HW thermal slowdown at half clock or less, about 2.5 takes it just past its slowdown temperature"},
 			},
 			Detectable: []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload},
 			Mechanisms: []Mechanism{

@@ -106,6 +106,7 @@ func (t *Twin) Revert(key string) error {
 		if wasGone[g] && g.usable() {
 			// A reset clears volatile ECC counts and the remap-pending state.
 			g.sbeVol, g.dbeVol = 0, 0
+			g.uncPending = false
 			g.xidLast = 0
 			g.xid92Logged = false
 		}
@@ -389,6 +390,16 @@ func (t *Twin) fire(a *application, e catalog.Effect) {
 			if e.Code > 0 {
 				g.dbeVol += float64(e.Code)
 				g.dbeAgg += float64(e.Code)
+				// Every preset (Ampere and later) remaps HBM rows: the
+				// driver marks the row of each uncorrectable error for
+				// remapping at the next reset, so NVML's
+				// nvmlDeviceGetRemappedRows counts it among the rows
+				// "remapped due to uncorrectable errors" and reports the
+				// remap pending (NVIDIA, "A100 GPU Memory Error
+				// Management", docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt,
+				// section Row Remapping; NVML API, nvmlRemappedRowsInfo_v2_t).
+				g.uncorrRemap += float64(e.Code)
+				g.uncPending = true
 				t.xidLine(a, g, 48)
 				t.crashOn(g, "uncorrectable ECC error")
 			}

@@ -123,7 +123,7 @@ func allGPUMetrics() []gpuMetric {
 		{"DCGM_FI_DEV_NVLINK_BANDWIDTH_L0", func(g *gpu) float64 {
 			return math.Round(g.nvlinkMBps / float64(max(g.model.NVLinks, 1)))
 		}},
-		{"DCGM_FI_DEV_ROW_REMAP_PENDING", func(g *gpu) float64 { return b2f(g.mods.remapPending) }},
+		{"DCGM_FI_DEV_ROW_REMAP_PENDING", func(g *gpu) float64 { return b2f(g.mods.remapPending || g.uncPending) }},
 		// Profiling ratios of a bf16 training step: the SMs are as busy as
 		// the graphics engine, about half their warp slots are resident,
 		// and the non-tensor pipes see a little fp32 and fp16 work (loss,

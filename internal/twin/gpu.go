@@ -39,6 +39,16 @@ const (
 	// count every error raises. A modelling choice, not a measured figure:
 	// rules alert on either counter's increase, not on the ratio.
 	crcDataShare = 0.5
+	// hwSlowdownShare is the highest clock, as a share of the maximum, the
+	// hardware slowdown allows: nvml.h (go-nvml v0.13.4-1) defines HW
+	// slowdown, HW thermal slowdown and HW power brake slowdown as
+	// "reducing the core clocks by a factor of 2 or more".
+	hwSlowdownShare = 0.5
+	// hwSlowdownHysteresis is how far below the slowdown temperature a GPU
+	// must cool before the thermal HW slowdown releases. A modelling
+	// choice: NVML publishes no release point; without one the twin would
+	// flip between full and half clock every physics step.
+	hwSlowdownHysteresis = 3.0
 )
 
 // gpu is one device: its identity, its physical state and the modifiers the
@@ -57,6 +67,7 @@ type gpu struct {
 	// Physical state, integrated every physics step.
 	temp, memTemp, power, smClock, energyJ float64
 	thermalActive                          bool // the thermal controller is limiting the clock
+	hwThermal                              bool // the thermal HW slowdown is engaged (latched until the GPU cools)
 	reasons                                uint64
 	powerViolUs, thermalViolUs             float64
 	lowUtilViolUs                          float64 // time held at the idle clock
@@ -74,6 +85,7 @@ type gpu struct {
 	// Counters and gauges that faults move; counters are never rewound.
 	xidLast                float64
 	corrRemap, uncorrRemap float64
+	uncPending             bool // an uncorrectable error's row awaits its remap at the next reset
 	pcieReplay             float64
 	sbeVol, sbeAgg         float64
 	dbeVol, dbeAgg         float64
@@ -163,7 +175,16 @@ func (g *gpu) limitClock(a, f float64) float64 {
 			f = math.Max(g.clockFor(a, lim), lo)
 		}
 	}
+	if g.hwThermal || g.brakeEngaged(a) {
+		f = math.Min(f, hwSlowdownShare*m.MaxSMClockMHz)
+	}
 	return f
+}
+
+// brakeEngaged reports whether the board's power brake holds the GPU at
+// activity a: a brake is asserted and the full-clock draw exceeds it.
+func (g *gpu) brakeEngaged(a float64) bool {
+	return g.mods.powerBrake && g.powerAt(a, g.model.MaxSMClockMHz) > g.model.TDPWatts*g.mods.powerCap
 }
 
 // thermalLimit is the power the thermal controller allows: the draw whose
@@ -195,13 +216,23 @@ func (g *gpu) step(t *Twin, dt float64) {
 	} else {
 		if g.temp >= m.SlowdownCelsius {
 			g.thermalActive = true
+			// At the model's slowdown temperature (NVML's
+			// NVML_TEMPERATURE_THRESHOLD_SLOWDOWN, nvidia-smi's "GPU
+			// Slowdown Temp") the hardware slowdown engages and holds
+			// until the GPU has cooled by the hysteresis.
+			g.hwThermal = true
+		} else if g.temp < m.SlowdownCelsius-hwSlowdownHysteresis {
+			g.hwThermal = false
 		}
 		if capW := m.TDPWatts * g.mods.powerCap; g.powerAt(a, f) > capW {
 			f = math.Max(g.clockFor(a, capW), minClockShare*m.MaxSMClockMHz)
 			if g.mods.powerBrake {
 				// The brake is a board signal: NVML reports it as a HW
-				// slowdown with the power-brake cause.
+				// slowdown with the power-brake cause, and like every HW
+				// slowdown it at least halves the clock, so the draw
+				// falls well below the brake's limit.
 				g.reasons |= reasonHWSlowdown | reasonPowerBrakeHW
+				f = math.Min(f, hwSlowdownShare*m.MaxSMClockMHz)
 			} else {
 				g.reasons |= reasonSWPowerCap
 			}
@@ -212,17 +243,21 @@ func (g *gpu) step(t *Twin, dt float64) {
 			if g.powerAt(a, f) > lim {
 				f = math.Max(g.clockFor(a, lim), minClockShare*m.MaxSMClockMHz)
 				g.reasons |= reasonSWThermal
-				if g.temp >= m.SlowdownCelsius {
-					// At or above the model's slowdown temperature (NVML's
-					// NVML_TEMPERATURE_THRESHOLD_SLOWDOWN) the hardware
-					// slowdown engages as well.
-					g.reasons |= reasonHWSlowdown | reasonHWThermal
-				}
-				g.thermalViolUs += dt * 1e6
-			} else {
+			} else if !g.hwThermal {
 				// The cause is gone: the clock is no longer held down.
 				g.thermalActive = false
 			}
+		}
+		if g.hwThermal {
+			// A HW slowdown at least halves the clock (nvml.h), and
+			// power falls with it through the power model.
+			if f > hwSlowdownShare*m.MaxSMClockMHz {
+				f = hwSlowdownShare * m.MaxSMClockMHz
+			}
+			g.reasons |= reasonHWSlowdown | reasonHWThermal
+		}
+		if g.reasons&(reasonSWThermal|reasonHWThermal) != 0 {
+			g.thermalViolUs += dt * 1e6
 		}
 	}
 	if g.mods.offBus {

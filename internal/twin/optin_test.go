@@ -124,8 +124,14 @@ func TestClockEventReasons(t *testing.T) {
 		{"software power cap", 0, []catalog.Effect{{Kind: catalog.EffectPowerCap, Factor: 0.5}}, time.Minute,
 			reasonSWPowerCap, reasonHWSlowdown | reasonPowerBrakeHW},
 		{"hardware.power-brake", 0, brake, time.Minute, reasonHWSlowdown | reasonPowerBrakeHW, reasonSWPowerCap},
-		{"cooling failure", 0, []catalog.Effect{{Kind: catalog.EffectCooling, Factor: 2.5}}, 15 * time.Minute,
+		// The catalogue's default cooling failure: too hot even at half
+		// clock, so the HW thermal slowdown holds.
+		{"cooling failure", 0, []catalog.Effect{{Kind: catalog.EffectCooling, Factor: 8}}, 15 * time.Minute,
 			reasonSWThermal | reasonHWThermal | reasonHWSlowdown, reasonPowerBrakeHW},
+		// A marginal one crosses the slowdown temperature once; the SW
+		// thermal slowdown then holds the GPU just under it.
+		{"marginal cooling failure", 0, []catalog.Effect{{Kind: catalog.EffectCooling, Factor: 2.5}}, 15 * time.Minute,
+			reasonSWThermal, reasonPowerBrakeHW},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
