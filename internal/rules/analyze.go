@@ -22,6 +22,10 @@ const (
 	// StatusNeverFires: every way the rule could produce a result needs
 	// a metric that nothing produces.
 	StatusNeverFires Status = "never_fires"
+	// StatusUnknown: the rule can produce a result only through a metric
+	// that no exporter of the registry lists. gpuchaos cannot tell whether
+	// the fleet has it, so the rule is evaluated, and reads nothing there.
+	StatusUnknown Status = "unknown"
 )
 
 // MetricUse is one metric a rule reads and where it would come from.
@@ -60,6 +64,13 @@ type AnalyzeOptions struct {
 	// dcgm-exporter counters, but any name is accepted, which lets a user
 	// declare a metric from an exporter this package does not know.
 	OptIn []string
+	// Exporters names the exporters the fleet runs (Exporters lists the
+	// registry); nil means DefaultExporters. Prometheus' own series are
+	// always there.
+	Exporters []string
+	// Counters, when not nil, is the exact list of what dcgm-exporter
+	// exports: the fields of the fleet's own counters CSV.
+	Counters []string
 }
 
 // Analyze decides, for every rule of the set, which metrics it reads and
@@ -72,19 +83,30 @@ type AnalyzeOptions struct {
 // that could yield a sample needs a missing metric: `a or b` needs one of
 // them, `a unless b` and `absent(b)` need only what stays outside absent,
 // `a and b` and arithmetic need both.
+//
+// A metric that no exporter of the registry lists is unknown: the verdict
+// is never_fires only if the rule could not fire even were every unknown
+// metric there, and unknown when it could fire only through one.
 func Analyze(set *Set, opts AnalyzeOptions) []Analysis {
-	a := newAnalyzer(set, opts)
+	strict := newAnalyzer(set, opts, true)
+	loose := newAnalyzer(set, opts, false)
 	out := make([]Analysis, len(set.Rules))
 	for i, r := range set.Rules {
-		out[i] = a.analyze(r)
+		out[i] = strict.analyze(r, loose)
 	}
 	return out
 }
 
 type analyzer struct {
-	cat     *catalogue
-	optIn   map[string]bool
-	records map[string][]*Rule
+	cat *catalogue
+	// strict counts a metric no exporter lists as absent; otherwise as
+	// present (the other bound of what the fleet may have).
+	strict   bool
+	declared map[string]bool
+	// counters is the dcgm-exporter counters CSV's fields, nil without one.
+	counters map[string]bool
+	optIn    map[string]bool
+	records  map[string][]*Rule
 	// produces holds the recording rules that can produce a series: the
 	// least fixed point, so records that only feed each other stay out.
 	produces map[*Rule]bool
@@ -95,20 +117,46 @@ type analyzer struct {
 	// candidate, records included, so without it the analysis grew with
 	// rules × records.
 	used map[string]MetricUse
+	// misspell memoizes misspelt.
+	misspell map[string]bool
+	// rare are the candidates tried after the others: every DCGM field,
+	// which would otherwise win over the counters people use.
+	rare []string
 }
 
-func newAnalyzer(set *Set, opts AnalyzeOptions) *analyzer {
+func newAnalyzer(set *Set, opts AnalyzeOptions, strict bool) *analyzer {
 	a := &analyzer{
 		cat:      mustCatalogue(),
+		strict:   strict,
+		declared: map[string]bool{"prometheus": true},
 		optIn:    map[string]bool{},
 		records:  map[string][]*Rule{},
 		produces: map[*Rule]bool{},
 		used:     map[string]MetricUse{},
+		misspell: map[string]bool{},
 	}
 	for _, n := range opts.OptIn {
 		a.optIn[n] = true
 	}
+	exps := opts.Exporters
+	if exps == nil {
+		exps = DefaultExporters()
+	}
+	for _, e := range exps {
+		a.declared[e] = true
+	}
+	if opts.Counters != nil {
+		a.counters = map[string]bool{}
+		for _, n := range opts.Counters {
+			a.counters[n] = true
+			a.optIn[n] = true
+		}
+	}
 	for _, m := range a.cat.known {
+		if strings.HasPrefix(m.Provenance, "dcgm_fields.h") {
+			a.rare = append(a.rare, m.Name)
+			continue
+		}
 		a.candidates = append(a.candidates, m.Name)
 	}
 	for _, r := range set.Rules {
@@ -139,7 +187,8 @@ func (a *analyzer) present(name string) bool {
 	if a.optIn[name] {
 		return true
 	}
-	if i, ok := a.cat.byName[name]; ok && a.cat.known[i].Availability == AvailDefault {
+	i, known := a.cat.byName[name]
+	if known && a.produced(a.cat.known[i]) {
 		return true
 	}
 	for _, r := range a.records[name] {
@@ -147,7 +196,32 @@ func (a *analyzer) present(name string) bool {
 			return true
 		}
 	}
-	return false
+	// A name no exporter lists may still be some exporter's the registry
+	// lacks, unless it is a misspelling of one it has.
+	return !a.strict && !known && len(a.records[name]) == 0 && !a.misspelt(name)
+}
+
+// misspelt says whether an unknown name is another exporter's name or a
+// plausible misspelling of a name the registry or the rule set has.
+func (a *analyzer) misspelt(name string) bool {
+	if m, ok := a.misspell[name]; ok {
+		return m
+	}
+	_, elsewhere := lookupElsewhere(name)
+	m := elsewhere || a.didYouMean(name) != ""
+	a.misspell[name] = m
+	return m
+}
+
+// produced says whether the declared exporters produce a known metric.
+func (a *analyzer) produced(m Metric) bool {
+	switch {
+	case !a.declared[m.Source]:
+		return false
+	case m.Source == "dcgm-exporter" && a.counters != nil:
+		return a.counters[m.Name]
+	}
+	return m.Availability == AvailDefault || a.optIn[m.Name]
 }
 
 // selectorNames returns the metric names a selector can match: its
@@ -190,8 +264,9 @@ func (a *analyzer) empty(e parser.Expr) (bool, []string) {
 				return false, nil
 			}
 		}
-		if len(names) == 0 {
-			return true, []string{pattern}
+		if pattern != "" {
+			// A regex may match a metric no exporter lists.
+			return a.strict || len(names) > 0, []string{pattern}
 		}
 		return true, names
 	case *parser.MatrixSelector:
@@ -326,8 +401,16 @@ func (a *analyzer) findUse(name string) MetricUse {
 		return u
 	}
 	if i, ok := a.cat.byName[name]; ok {
-		u.Availability = a.cat.known[i].Availability
-		u.Source = a.cat.known[i].Source
+		m := a.cat.known[i]
+		u.Availability = m.Availability
+		u.Source = m.Source
+		if m.Availability == AvailOptIn && (m.Source != "dcgm-exporter" || strings.HasPrefix(m.Provenance, "dcgm_fields.h")) {
+			// Not a counter --opt-in can switch on in the twin.
+			u.Availability = AvailOff
+		}
+		if m, ok := lookupElsewhere(name); ok && !u.Present {
+			u.Suggestion = m.equivalent
+		}
 		return u
 	}
 	u.Availability = AvailUnknown
@@ -347,8 +430,10 @@ func (a *analyzer) findUse(name string) MetricUse {
 // didYouMean returns the known or recorded name closest to name, or the
 // fleet equivalent of a similar name from another exporter, or "".
 func (a *analyzer) didYouMean(name string) string {
-	if s, d := suggest.Closest(name, a.candidates); plausible(name, s, d) {
-		return s
+	for _, cands := range [][]string{a.candidates, a.rare} {
+		if s, d := suggest.Closest(name, cands); plausible(name, s, d) && sameThing(name, s) {
+			return s
+		}
 	}
 	if m, ok := a.resembles(name); ok {
 		return m.equivalent
@@ -371,13 +456,36 @@ func plausible(name, cand string, d int) bool {
 	return short >= 8 && (strings.HasPrefix(lc, ln) || strings.HasPrefix(ln, lc))
 }
 
-func (a *analyzer) analyze(r *Rule) Analysis {
+// sameThing says whether a candidate correction measures what the name
+// does: the same words but for typos within a word, or a suffix added or
+// dropped (DCGM_FI_DEV_ECC_DBE_VOL for …_VOL_TOTAL). A different word is a
+// different quantity: kube_pod_info is not kube_node_info, and
+// DCGM_FI_DEV_POWER_MGMT_LIMIT is not DCGM_FI_DEV_POWER_USAGE (issue 14).
+func sameThing(name, cand string) bool {
+	tn := strings.Split(strings.ToLower(name), "_")
+	tc := strings.Split(strings.ToLower(cand), "_")
+	short := min(len(tn), len(tc))
+	for i := range short {
+		if tn[i] == tc[i] {
+			continue
+		}
+		if len(tn) != len(tc) {
+			return false
+		}
+		if d := suggest.Distance(tn[i], tc[i]); d > max(1, len(tn[i])/3) || d >= len(tn[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func (a *analyzer) analyze(r *Rule, loose *analyzer) Analysis {
 	an := Analysis{Rule: r, Status: StatusOK}
 	if r.Parsed == nil {
 		return an
 	}
 	an.Metrics = a.uses(r.Parsed)
-	empty, culprits := a.empty(r.Parsed)
+	empty, culprits := loose.empty(r.Parsed)
 	var missing []string
 	for _, u := range an.Metrics {
 		if !u.Present {
@@ -392,6 +500,16 @@ func (a *analyzer) analyze(r *Rule) Analysis {
 			// A recording rule fires nothing; it records (issue 14).
 			an.Reason = fmt.Sprintf("%s never produces a series: it reads %s", r.Name, why)
 		}
+		return an
+	}
+	if strictEmpty, why := a.empty(r.Parsed); strictEmpty {
+		an.Status = StatusUnknown
+		verb := "fire"
+		if r.Kind == KindRecord {
+			verb = "produce a series"
+		}
+		an.Reason = fmt.Sprintf("%s can %s only through metrics no exporter gpuchaos knows lists, so it is evaluated as reading nothing: it reads %s",
+			r.Name, verb, a.explainAll(unique(why), map[string]bool{}))
 		return an
 	}
 	if len(missing) > 0 {
@@ -438,10 +556,23 @@ func (a *analyzer) explain(name string, visiting map[string]bool) string {
 			name, r.Source, r.Line, a.explainAll(unique(why), visiting))
 	}
 	if strings.HasPrefix(name, "{") {
-		return fmt.Sprintf("%s, which matches no metric any exporter produces", name)
+		return fmt.Sprintf("%s, which matches no metric the declared exporters produce", name)
 	}
 	if i, ok := a.cat.byName[name]; ok {
 		m := a.cat.known[i]
+		if !a.declared[m.Source] {
+			s := fmt.Sprintf("%s, which %s exports, an exporter this fleet does not run (declare it with --exporter %s)", name, m.Source, m.Source)
+			if e, ok := lookupElsewhere(name); ok && e.equivalent != "" {
+				s += fmt.Sprintf("; did you mean %s (%s)?", e.equivalent, a.use(e.equivalent).Availability)
+			}
+			return s
+		}
+		if m.Source == "dcgm-exporter" && a.counters != nil {
+			return fmt.Sprintf("%s, which the counters CSV given for dcgm-exporter does not list", name)
+		}
+		if m.Source == "dcgm-exporter" && strings.HasPrefix(m.Provenance, "dcgm_fields.h") {
+			return fmt.Sprintf("%s, a DCGM field dcgm-exporter exports only when its counters CSV lists it (the twin does not export it)", name)
+		}
 		if m.Source == "dcgm-exporter" {
 			return fmt.Sprintf("%s, an opt-in counter that dcgm-exporter's default set leaves off (enable it in the exporter's counters CSV, then pass it as opt-in)", name)
 		}
@@ -453,8 +584,10 @@ func (a *analyzer) explain(name string, visiting map[string]bool) string {
 		s = fmt.Sprintf("%s, which dcgm-exporter does not export (it comes from %s, an exporter this fleet does not run)", name, m.exporter)
 	} else if m, ok := a.resembles(name); ok {
 		s = fmt.Sprintf("%s, which no exporter produces (it looks like %s from %s, an exporter this fleet does not run)", name, m.name, m.exporter)
-	} else {
+	} else if u.Suggestion != "" {
 		s = fmt.Sprintf("%s, which no exporter produces", name)
+	} else {
+		s = fmt.Sprintf("%s, which no exporter gpuchaos knows lists (unknown)", name)
 	}
 	if u.Suggestion != "" {
 		s += fmt.Sprintf("; did you mean %s (%s)?", u.Suggestion, a.use(u.Suggestion).Availability)

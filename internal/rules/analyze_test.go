@@ -40,7 +40,10 @@ func TestAnalyzeStatus(t *testing.T) {
 		expr    string
 		records []string
 		optIn   []string
-		want    Status
+		// exporters and counters, when set, are what the fleet declares.
+		exporters []string
+		counters  []string
+		want      Status
 		// reason, when set, is the exact reason expected.
 		reason string
 	}{
@@ -52,19 +55,38 @@ func TestAnalyzeStatus(t *testing.T) {
 		{name: "opt-in counter enabled", expr: "increase(DCGM_FI_DEV_ECC_DBE_VOL_TOTAL[5m]) > 0",
 			optIn: []string{"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"}, want: StatusOK},
 		{name: "metric of another exporter", expr: "nvidia_smi_temperature_gpu > 85", want: StatusNeverFires,
-			reason: "A reads nvidia_smi_temperature_gpu, which dcgm-exporter does not export (it comes from utkuozdemir/nvidia_gpu_exporter, an exporter this fleet does not run); did you mean DCGM_FI_DEV_GPU_TEMP (default)?"},
+			reason: "A reads nvidia_smi_temperature_gpu, which nvidia_gpu_exporter exports, an exporter this fleet does not run (declare it with --exporter nvidia_gpu_exporter); did you mean DCGM_FI_DEV_GPU_TEMP (default)?"},
 		{name: "dcgm-exporter 1.x name", expr: "dcgm_gpu_temp > 85", want: StatusNeverFires,
-			reason: "A reads dcgm_gpu_temp, which dcgm-exporter does not export (it comes from dcgm-exporter 1.x, an exporter this fleet does not run); did you mean DCGM_FI_DEV_GPU_TEMP (default)?"},
+			reason: "A reads dcgm_gpu_temp, which dcgm-exporter-1.x exports, an exporter this fleet does not run (declare it with --exporter dcgm-exporter-1.x); did you mean DCGM_FI_DEV_GPU_TEMP (default)?"},
 		{name: "wrong case", expr: "dcgm_fi_dev_gpu_temp > 85", want: StatusNeverFires,
 			reason: "A reads dcgm_fi_dev_gpu_temp, which no exporter produces; did you mean DCGM_FI_DEV_GPU_TEMP (default)?"},
-		{name: "nothing close", expr: "my_app_requests_total > 0", want: StatusNeverFires,
-			reason: "A reads my_app_requests_total, which no exporter produces"},
+		{name: "nothing close", expr: "my_app_requests_total > 0", want: StatusUnknown,
+			reason: "A can fire only through metrics no exporter gpuchaos knows lists, so it is evaluated as reading nothing: it reads my_app_requests_total, which no exporter gpuchaos knows lists (unknown)"},
+		// Issue 14, observation 5: real metrics gpuchaos did not know, and
+		// metrics of exporters it cannot know, are not "never fires"; a
+		// did-you-mean only for a name that measures the same thing.
+		{name: "kube-state-metrics default series", expr: "kube_pod_info > 0", want: StatusOK},
+		{name: "real DCGM field, not listed", expr: "DCGM_FI_DEV_POWER_USAGE > 0.9 * DCGM_FI_DEV_POWER_MGMT_LIMIT", want: StatusNeverFires,
+			reason: "A reads DCGM_FI_DEV_POWER_MGMT_LIMIT, a DCGM field dcgm-exporter exports only when its counters CSV lists it (the twin does not export it)"},
+		{name: "GPU Operator series", expr: "gpu_operator_node_driver_validation == 0", want: StatusNeverFires,
+			reason: "A reads gpu_operator_node_driver_validation, which gpu-operator exports, an exporter this fleet does not run (declare it with --exporter gpu-operator)"},
+		{name: "GPU Operator declared", expr: "gpu_operator_node_driver_validation == 0", exporters: []string{"gpu-operator"}, want: StatusOK},
+		{name: "Autopilot's own metric", expr: "autopilot_health_checks{health=\"ERR\"} > 0", want: StatusUnknown},
+		{name: "no did-you-mean for another quantity", expr: "DCGM_FI_DEV_POWER_CAPPED > 0", want: StatusUnknown},
+		// Issue 14, observation 6: the exporter the fleet runs.
+		{name: "nvidia_gpu_exporter declared", expr: "nvidia_smi_temperature_gpu > 85", exporters: []string{"nvidia_gpu_exporter"}, want: StatusOK},
+		{name: "old namespace declared", expr: "dcgm_gpu_temp > 85", exporters: []string{"dcgm-exporter-1.x"}, want: StatusOK},
+		{name: "dcgm-exporter not declared", expr: "DCGM_FI_DEV_GPU_TEMP > 85", exporters: []string{"nvidia_gpu_exporter"}, want: StatusNeverFires,
+			reason: "A reads DCGM_FI_DEV_GPU_TEMP, which dcgm-exporter exports, an exporter this fleet does not run (declare it with --exporter dcgm-exporter)"},
+		{name: "counters CSV is the exact truth", expr: "DCGM_FI_DEV_POWER_MGMT_LIMIT > 0", counters: []string{"DCGM_FI_DEV_POWER_MGMT_LIMIT"}, want: StatusOK},
+		{name: "counters CSV drops a default", expr: "DCGM_FI_DEV_GPU_TEMP > 85", counters: []string{"DCGM_FI_DEV_POWER_USAGE"}, want: StatusNeverFires,
+			reason: "A reads DCGM_FI_DEV_GPU_TEMP, which the counters CSV given for dcgm-exporter does not list"},
 		{name: "unknown metric declared by the caller", expr: "my_app_requests_total > 0",
 			optIn: []string{"my_app_requests_total"}, want: StatusOK},
 		{name: "or with one side missing", expr: "DCGM_FI_DEV_GPU_TEMP > 85 or nvidia_gpu_temperature_celsius > 85", want: StatusOK,
-			reason: "A can fire, but never through the parts of it that read nvidia_gpu_temperature_celsius, which dcgm-exporter does not export (it comes from mindprince/nvidia_gpu_prometheus_exporter, an exporter this fleet does not run); did you mean DCGM_FI_DEV_GPU_TEMP (default)?"},
-		{name: "or with both sides missing", expr: "foo_temp > 1 or DCGM_FI_DEV_THERMAL_VIOLATION > 0", want: StatusNeverFires,
-			reason: "A reads foo_temp, which no exporter produces; it also reads DCGM_FI_DEV_THERMAL_VIOLATION, an opt-in counter that dcgm-exporter's default set leaves off (enable it in the exporter's counters CSV, then pass it as opt-in)"},
+			reason: "A can fire, but never through the parts of it that read nvidia_gpu_temperature_celsius, which nvidia_gpu_prometheus_exporter exports, an exporter this fleet does not run (declare it with --exporter nvidia_gpu_prometheus_exporter); did you mean DCGM_FI_DEV_GPU_TEMP (default)?"},
+		{name: "or with both sides missing", expr: "foo_temp > 1 or DCGM_FI_DEV_THERMAL_VIOLATION > 0", want: StatusUnknown,
+			reason: "A can fire only through metrics no exporter gpuchaos knows lists, so it is evaluated as reading nothing: it reads foo_temp, which no exporter gpuchaos knows lists (unknown); it also reads DCGM_FI_DEV_THERMAL_VIOLATION, an opt-in counter that dcgm-exporter's default set leaves off (enable it in the exporter's counters CSV, then pass it as opt-in)"},
 		{name: "and needs both", expr: "DCGM_FI_DEV_GPU_TEMP > 85 and DCGM_FI_DEV_POWER_VIOLATION > 0", want: StatusNeverFires},
 		{name: "arithmetic needs both", expr: "DCGM_FI_DEV_FB_USED / DCGM_FI_DEV_FB_TOTAL > 0.9", want: StatusNeverFires},
 		{name: "unless needs only its left side", expr: "DCGM_FI_DEV_GPU_TEMP > 85 unless DCGM_FI_DEV_RETIRED_PENDING > 0", want: StatusOK},
@@ -76,12 +98,12 @@ func TestAnalyzeStatus(t *testing.T) {
 		{name: "aggregation of a missing metric", expr: "max by (Hostname) (nvidia_gpu_temperature) > 85", want: StatusNeverFires},
 		{name: "scalar arithmetic keeps the vector's fate", expr: "time() - nvidia_gpu_temperature > 5", want: StatusNeverFires},
 		{name: "function of a missing metric", expr: `label_replace(nvidia_gpu_temperature, "x", "$1", "gpu", "(.*)") > 1`, want: StatusNeverFires},
-		{name: "histogram_quantile", expr: "histogram_quantile(0.9, rate(step_seconds_bucket[5m])) > 1", want: StatusNeverFires},
+		{name: "histogram_quantile", expr: "histogram_quantile(0.9, rate(step_seconds_bucket[5m])) > 1", want: StatusUnknown},
 		{name: "subquery", expr: "max_over_time(rate(DCGM_FI_DEV_ECC_SBE_VOL_TOTAL[1m])[10m:1m]) > 1", want: StatusNeverFires},
 		{name: "name regex matching a default metric", expr: `{__name__=~"DCGM_FI_DEV_(GPU|MEMORY)_TEMP"} > 85`, want: StatusOK},
 		{name: "name regex matching only opt-in metrics", expr: `{__name__=~"DCGM_FI_DEV_ECC_.*"} > 0`, want: StatusNeverFires},
 		{name: "name regex matching nothing", expr: `{__name__=~"nvidia_.*"} > 0`, want: StatusNeverFires,
-			reason: `A reads {__name__=~"nvidia_.*"}, which matches no metric any exporter produces`},
+			reason: `A reads {__name__=~"nvidia_.*"}, which matches no metric the declared exporters produce`},
 		{name: "selector without a name", expr: `{job="dcgm-exporter"} > 0`, want: StatusOK},
 		{name: "negative name matcher", expr: `{__name__!="up", job="x"} > 0`, want: StatusOK},
 		{name: "recorded metric", expr: "gpu:temp:max > 85", records: []string{"gpu:temp:max = max by (Hostname) (DCGM_FI_DEV_GPU_TEMP)"}, want: StatusOK},
@@ -100,7 +122,7 @@ func TestAnalyzeStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := analyzeAlert(t, tt.expr, AnalyzeOptions{OptIn: tt.optIn}, tt.records...)
+			got := analyzeAlert(t, tt.expr, AnalyzeOptions{OptIn: tt.optIn, Exporters: tt.exporters, Counters: tt.counters}, tt.records...)
 			if got.Status != tt.want {
 				t.Errorf("status = %s, want %s (reason %q)", got.Status, tt.want, got.Reason)
 			}

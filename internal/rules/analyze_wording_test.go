@@ -20,7 +20,7 @@ func TestAnalyzeRecordWording(t *testing.T) {
 	got := Analyze(set, AnalyzeOptions{})
 	want := []string{
 		"gpu:dbe:rate5m never produces a series: it reads DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, an opt-in counter that dcgm-exporter's default set leaves off (enable it in the exporter's counters CSV, then pass it as opt-in)",
-		"gpu:temp:max can produce a series, but never through the parts of it that read nvidia_gpu_temperature_celsius, which dcgm-exporter does not export (it comes from mindprince/nvidia_gpu_prometheus_exporter, an exporter this fleet does not run); did you mean DCGM_FI_DEV_GPU_TEMP (default)?",
+		"gpu:temp:max can produce a series, but never through the parts of it that read nvidia_gpu_temperature_celsius, which nvidia_gpu_prometheus_exporter exports, an exporter this fleet does not run (declare it with --exporter nvidia_gpu_prometheus_exporter); did you mean DCGM_FI_DEV_GPU_TEMP (default)?",
 	}
 	for i, w := range want {
 		if got[i].Reason != w {

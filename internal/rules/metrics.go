@@ -19,6 +19,10 @@ const (
 	AvailOptIn = "opt-in"
 	// AvailRecorded: a recording rule of the set produces it.
 	AvailRecorded = "recorded"
+	// AvailOff: an exporter produces it once configured so (a DCGM field
+	// listed in dcgm-exporter's counters CSV, a kube-state-metrics
+	// resource switched on), which --opt-in cannot do on the twin.
+	AvailOff = "off"
 	// AvailUnknown: nothing this package knows produces it.
 	AvailUnknown = "unknown"
 )
@@ -43,7 +47,22 @@ type elsewhereMetric struct {
 	name, exporter, equivalent string
 }
 
-//go:embed metrics/*.csv
+// Exporter is one exporter of the registry (exporters/exporters.csv): a
+// fleet declares the ones it runs, and the analysis counts a metric present
+// only when a declared exporter produces it.
+type Exporter struct {
+	// Name is what coverage --exporter takes and what Metric.Source says.
+	Name       string `json:"name"`
+	Repository string `json:"repository"`
+	// Declared says whether a fleet runs it when none is named.
+	Declared bool `json:"declared"`
+	// Twin says whether the twin exports its series.
+	Twin       bool   `json:"twin"`
+	Help       string `json:"help"`
+	Provenance string `json:"provenance"`
+}
+
+//go:embed metrics/*.csv exporters/exporters.csv
 var metricFiles embed.FS
 
 // catalogue is the parsed metric data; it is read once and never changed.
@@ -51,6 +70,7 @@ type catalogue struct {
 	known     []Metric
 	byName    map[string]int
 	elsewhere []elsewhereMetric
+	exporters []Exporter
 }
 
 var loadCatalogue = sync.OnceValues(func() (*catalogue, error) { return parseCatalogue(metricFiles) })
@@ -79,6 +99,32 @@ func LookupMetric(name string) (Metric, bool) {
 	return c.known[i], true
 }
 
+// Exporters returns the registry of exporters, in the order of
+// exporters/exporters.csv. The slice is the caller's to keep.
+func Exporters() []Exporter { return slices.Clone(mustCatalogue().exporters) }
+
+// LookupExporter returns the exporter of that name.
+func LookupExporter(name string) (Exporter, bool) {
+	for _, e := range mustCatalogue().exporters {
+		if e.Name == name {
+			return e, true
+		}
+	}
+	return Exporter{}, false
+}
+
+// DefaultExporters returns the names of the exporters a fleet runs when it
+// names none.
+func DefaultExporters() []string {
+	var out []string
+	for _, e := range mustCatalogue().exporters {
+		if e.Declared {
+			out = append(out, e.Name)
+		}
+	}
+	return out
+}
+
 func lookupElsewhere(name string) (elsewhereMetric, bool) {
 	for _, m := range mustCatalogue().elsewhere {
 		if m.name == name {
@@ -94,6 +140,9 @@ func parseCatalogue(fsys fs.FS) (*catalogue, error) {
 		return nil, err
 	}
 	c := &catalogue{byName: map[string]int{}}
+	if err := c.parseExporters(fsys); err != nil {
+		return nil, err
+	}
 	for _, f := range files {
 		rows, err := readCSV(fsys, f)
 		if err != nil {
@@ -116,6 +165,9 @@ func parseCatalogue(fsys fs.FS) (*catalogue, error) {
 			if m.Availability != AvailDefault && m.Availability != AvailOptIn {
 				return nil, fmt.Errorf("%s: %s: availability %q, want default or opt-in", f, m.Name, m.Availability)
 			}
+			if len(c.exporters) > 0 && !slices.ContainsFunc(c.exporters, func(e Exporter) bool { return e.Name == m.Source }) {
+				return nil, fmt.Errorf("%s: %s: source %q is not in exporters/exporters.csv", f, m.Name, m.Source)
+			}
 			if _, dup := c.byName[m.Name]; dup {
 				return nil, fmt.Errorf("%s: %s listed twice", f, m.Name)
 			}
@@ -124,14 +176,42 @@ func parseCatalogue(fsys fs.FS) (*catalogue, error) {
 		}
 	}
 	for _, e := range c.elsewhere {
-		if _, ok := c.byName[e.name]; ok {
-			return nil, fmt.Errorf("elsewhere.csv: %s is also a fleet metric", e.name)
+		if i, ok := c.byName[e.name]; ok && c.known[i].Source == "dcgm-exporter" {
+			return nil, fmt.Errorf("elsewhere.csv: %s is a dcgm-exporter metric", e.name)
 		}
 		if _, ok := c.byName[e.equivalent]; e.equivalent != "" && !ok {
 			return nil, fmt.Errorf("elsewhere.csv: %s: equivalent %s is not a known metric", e.name, e.equivalent)
 		}
 	}
 	return c, nil
+}
+
+func (c *catalogue) parseExporters(fsys fs.FS) error {
+	const f = "exporters/exporters.csv"
+	rows, err := readCSV(fsys, f)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	for i, r := range rows {
+		if len(r) != 6 {
+			return fmt.Errorf("%s: row %d: %d columns, want name,repository,declared,twin,help,provenance", f, i+1, len(r))
+		}
+		e := Exporter{Name: r[0], Repository: r[1], Help: r[4], Provenance: r[5]}
+		for j, dst := range []*bool{&e.Declared, &e.Twin} {
+			switch r[2+j] {
+			case "yes":
+				*dst = true
+			case "no":
+			default:
+				return fmt.Errorf("%s: %s: column %d is %q, want yes or no", f, e.Name, 3+j, r[2+j])
+			}
+		}
+		c.exporters = append(c.exporters, e)
+	}
+	return nil
 }
 
 func readCSV(fsys fs.FS, name string) ([][]string, error) {

@@ -76,8 +76,13 @@ func TestLookupMetric(t *testing.T) {
 		{"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", true, AvailOptIn, "dcgm-exporter"},
 		{"kube_pod_container_status_restarts_total", true, AvailDefault, "kube-state-metrics"},
 		{"nvidia_gpu_temperature", false, "", ""},
-		// Other exporters' names are not fleet metrics.
-		{"nvidia_gpu_temperature_celsius", false, "", ""},
+		{"kube_pod_info", true, AvailDefault, "kube-state-metrics"},
+		{"DCGM_FI_DEV_POWER_MGMT_LIMIT", true, AvailOptIn, "dcgm-exporter"},
+		{"gpu_operator_node_driver_validation", true, AvailDefault, "gpu-operator"},
+		{"dcgm_gpu_temp", true, AvailDefault, "dcgm-exporter-1.x"},
+		// Other exporters' names are in the registry under their exporter.
+		{"nvidia_gpu_temperature_celsius", true, AvailDefault, "nvidia_gpu_prometheus_exporter"},
+		{"nvidia_smi_temperature_gpu", true, AvailDefault, "nvidia_gpu_exporter"},
 	}
 	for _, tt := range tests {
 		m, ok := LookupMetric(tt.name)
