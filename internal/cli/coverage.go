@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -29,6 +30,7 @@ func newCoverageCmd() *cobra.Command {
 		builtin  bool
 		suggest  bool
 		optIn    []string
+		expArgs  []string
 		parallel int
 		output   string
 		failOn   []string
@@ -82,6 +84,10 @@ fault-free twin).`,
 			if err := checkOptIn(optIn); err != nil {
 				return err
 			}
+			exporters, counters, err := parseExporters(expArgs)
+			if err != nil {
+				return err
+			}
 			set, err := loadRules(ruleArgs)
 			if err != nil {
 				return err
@@ -95,6 +101,14 @@ fault-free twin).`,
 					return err
 				}
 			}
+			// A counters CSV's fields that the twin can export are switched
+			// on there, as on the fleet.
+			known := twin.OptInCounters()
+			for _, c := range counters {
+				if slices.Contains(known, c) && !slices.Contains(optIn, c) {
+					optIn = append(optIn, c)
+				}
+			}
 			for _, c := range optIn {
 				if !slices.Contains(spec.Exporter.OptIn, c) {
 					spec.Exporter.OptIn = append(spec.Exporter.OptIn, c)
@@ -104,7 +118,8 @@ fault-free twin).`,
 			if err != nil {
 				return err
 			}
-			opts := coverage.Options{Spec: spec, Faults: faults, Seed: seed, Parallel: parallel, Rules: set, OptIn: spec.Exporter.OptIn}
+			opts := coverage.Options{Spec: spec, Faults: faults, Seed: seed, Parallel: parallel, Rules: set, OptIn: spec.Exporter.OptIn,
+				Exporters: exporters, Counters: counters}
 			if !builtin {
 				opts.Detectors = []*probe.Detector{}
 			}
@@ -139,6 +154,7 @@ fault-free twin).`,
 	cmd.Flags().BoolVar(&builtin, "builtin", false, "also judge gpuchaos' built-in detectors (kernel-log watcher, workload and node signals)")
 	cmd.Flags().BoolVar(&suggest, "suggest", true, "propose and verify recommended rules for the faults nothing catches")
 	cmd.Flags().StringSliceVar(&optIn, "opt-in", nil, "dcgm-exporter opt-in counters your exporter has enabled (e.g. DCGM_FI_DEV_ECC_DBE_VOL_TOTAL)")
+	cmd.Flags().StringSliceVar(&expArgs, "exporter", nil, "exporters the fleet runs, NAME or dcgm-exporter=COUNTERS.csv (its counters file, taken as the exact list of what it exports); repeat or separate with commas (default: "+strings.Join(rules.DefaultExporters(), ", ")+"; known: "+strings.Join(exporterNames(), ", ")+")")
 	cmd.Flags().IntVar(&parallel, "parallel", 0, "twins run at once (default: one per CPU)")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write the report to this file instead of standard output")
 	cmd.Flags().StringSliceVar(&failOn, "fail-on", nil, "exit 1 when the report has these findings: missed, never-fires, noisy; repeat or separate with commas (default: exit 0 whatever it found)")
@@ -254,6 +270,83 @@ func checkOptIn(vals []string) error {
 	}
 	return nil
 }
+
+// exporterNames lists the exporters --exporter takes.
+func exporterNames() []string {
+	var out []string
+	for _, e := range rules.Exporters() {
+		if e.Name != "prometheus" {
+			out = append(out, e.Name)
+		}
+	}
+	return out
+}
+
+// parseExporters reads --exporter values: the exporters' names (nil when
+// none was given: the default set) and, for dcgm-exporter=FILE, the fields
+// of that counters CSV (nil without one). Every error names the flag, so a
+// wrong value fails before any twin runs.
+func parseExporters(vals []string) (names, counters []string, err error) {
+	known := exporterNames()
+	for _, v := range vals {
+		name, file, withFile := strings.Cut(strings.TrimSpace(v), "=")
+		if !slices.Contains(known, name) {
+			if s, d := suggest.Closest(name, known); d <= len(name)/3 {
+				return nil, nil, fmt.Errorf("--exporter: %q is not an exporter gpuchaos knows; did you mean %s? (known: %s)", name, s, strings.Join(known, ", "))
+			}
+			return nil, nil, fmt.Errorf("--exporter: %q is not an exporter gpuchaos knows (known: %s)", name, strings.Join(known, ", "))
+		}
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+		if !withFile {
+			continue
+		}
+		if name != "dcgm-exporter" {
+			return nil, nil, fmt.Errorf("--exporter: %s=%s: only dcgm-exporter takes a counters file", name, file)
+		}
+		cs, err := readCounters(file)
+		if err != nil {
+			return nil, nil, fmt.Errorf("--exporter: %w", err)
+		}
+		counters = append(counters, cs...)
+	}
+	if counters == nil && slices.ContainsFunc(vals, func(v string) bool { return strings.Contains(v, "=") }) {
+		counters = []string{}
+	}
+	return names, counters, nil
+}
+
+// maxCountersFile bounds a counters CSV; dcgm-exporter's own are under 10 KiB.
+const maxCountersFile = 1 << 20
+
+// readCounters reads the fields of a counters CSV in dcgm-exporter's own
+// format: one "FIELD, type, help" line per counter, # comments, blank lines.
+func readCounters(path string) ([]string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxCountersFile {
+		return nil, fmt.Errorf("%s: %d bytes, over the %d a counters file may hold", path, len(b), maxCountersFile)
+	}
+	var out []string
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		field, _, _ := strings.Cut(line, ",")
+		field = strings.TrimSpace(field)
+		if !countersField.MatchString(field) {
+			return nil, fmt.Errorf("%s:%d: %q is not a DCGM field name (DCGM_FI_… or DCGM_EXP_…)", path, i+1, field)
+		}
+		out = append(out, field)
+	}
+	return out, nil
+}
+
+var countersField = regexp.MustCompile(`^DCGM_(FI|EXP)_[A-Z0-9_]+$`)
 
 // loadRules reads rule files and bundled packs into one set.
 func loadRules(args []string) (*rules.Set, error) {

@@ -42,6 +42,12 @@ type Options struct {
 	// OptIn lists the opt-in exporter counters the rules' static analysis
 	// may count on, beside those the twin's spec enables.
 	OptIn []string
+	// Exporters names the exporters the fleet runs, for the rules' static
+	// analysis (rules.Exporters lists them); nil means
+	// rules.DefaultExporters. Counters, when not nil, is the exact list of
+	// what dcgm-exporter exports (the fleet's counters CSV).
+	Exporters []string
+	Counters  []string
 	// Recommended, when set, is the pack from which a rule is proposed for
 	// every fault that no rule of Rules catches, and verified.
 	Recommended *rules.Set
@@ -262,7 +268,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	r := &runner{opts: opts, optIn: append(slices.Clone(opts.OptIn), opts.Spec.Exporter.OptIn...), eng: promeval.NewEngine(promeval.DefaultInterval)}
 	r.builtin = builtinRules(res.Detectors)
 	if opts.Rules != nil {
-		r.rules = prepare(opts.Rules, r.optIn)
+		r.rules = prepare(opts.Rules, rules.AnalyzeOptions{OptIn: r.optIn, Exporters: opts.Exporters, Counters: opts.Counters})
 		res.Detectors = append(res.Detectors, r.rules.cols...)
 		res.Rules = r.rules.reports
 	}

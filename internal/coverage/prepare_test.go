@@ -39,7 +39,7 @@ func TestPrepareEvaluatesOnlyRulesThatCanFire(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			rs := prepare(set, tt.optIn)
+			rs := prepare(set, rules.AnalyzeOptions{OptIn: tt.optIn})
 			var live []string
 			for _, r := range rs.live.Rules {
 				live = append(live, r.Name)

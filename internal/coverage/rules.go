@@ -124,12 +124,14 @@ type ruleSet struct {
 	live *rules.Set
 }
 
-// prepare analyses a set once for a whole coverage run, with the opt-in
-// counters the fleet enables.
-func prepare(set *rules.Set, optIn []string) *ruleSet {
+// prepare analyses a set once for a whole coverage run, with the exporters
+// and opt-in counters the fleet runs. Rules the analysis calls unknown are
+// evaluated: they read nothing on the twin, as on a fleet without the
+// metric.
+func prepare(set *rules.Set, opts rules.AnalyzeOptions) *ruleSet {
 	rs := &ruleSet{live: &rules.Set{}}
 	seen := map[string]int{}
-	for _, a := range rules.Analyze(set, rules.AnalyzeOptions{OptIn: optIn}) {
+	for _, a := range rules.Analyze(set, opts) {
 		r := a.Rule
 		if a.Status != rules.StatusNeverFires {
 			rs.live.Rules = append(rs.live.Rules, r)
@@ -248,7 +250,9 @@ func (r *runner) suggest(ctx context.Context, res *Result) ([]Suggestion, error)
 	if len(missed) == 0 {
 		return out, nil
 	}
-	rec := prepare(r.opts.Recommended, r.optIn)
+	// The recommended pack is what to deploy beside the fleet's exporters,
+	// so it is judged against the default ones.
+	rec := prepare(r.opts.Recommended, rules.AnalyzeOptions{OptIn: r.optIn})
 	tw, err := newTwin(r.opts)
 	if err != nil {
 		return nil, err

@@ -250,9 +250,11 @@ func CoverageTable(w io.Writer, res *coverage.Result) error {
 	}
 	fmt.Fprintf(w, "Goodput: %.3f fault-free; %.3f on average under a fault; %s GPU-hours lost to faults beyond the baseline.\n",
 		s.BaselineGoodput, s.Goodput, oneDecimal(s.LostGPUHours))
-	var never, unproduced []coverage.RuleReport
+	var never, unproduced, unknown []coverage.RuleReport
 	for _, r := range res.Rules {
 		switch {
+		case r.Status == string(rules.StatusUnknown):
+			unknown = append(unknown, r)
 		case r.Status != string(rules.StatusNeverFires):
 		case r.Kind == string(rules.KindRecord):
 			unproduced = append(unproduced, r)
@@ -269,6 +271,12 @@ func CoverageTable(w io.Writer, res *coverage.Result) error {
 	if len(unproduced) > 0 {
 		fmt.Fprintf(w, "\nRecording rules that can never produce a series (%d of %d):\n", len(unproduced), len(res.Rules))
 		for _, r := range unproduced {
+			fmt.Fprintf(w, "  %s (%s): %s\n", r.Name, r.Source, r.Reason)
+		}
+	}
+	if len(unknown) > 0 {
+		fmt.Fprintf(w, "\nRules over metrics no exporter gpuchaos knows lists, evaluated as reading nothing (%d of %d):\n", len(unknown), len(res.Rules))
+		for _, r := range unknown {
 			fmt.Fprintf(w, "  %s (%s): %s\n", r.Name, r.Source, r.Reason)
 		}
 	}
