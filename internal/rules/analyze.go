@@ -521,7 +521,37 @@ func (a *analyzer) analyze(r *Rule, loose *analyzer) Analysis {
 		}
 		an.Reason = fmt.Sprintf("%s can %s, but never through the parts of it that read %s", r.Name, verb, a.explainAll(missing, map[string]bool{}))
 	}
+	if note := a.offTwin(an.Metrics); note != "" {
+		if an.Reason != "" {
+			an.Reason += "; "
+		}
+		an.Reason += note
+	}
 	return an
+}
+
+// offTwin says which present metrics come from exporters the twin does not
+// imitate: the rule can fire on the fleet, but on the twin those parts read
+// nothing, so a fault it would catch there shows as missed.
+func (a *analyzer) offTwin(uses []MetricUse) string {
+	var names, exps []string
+	for _, u := range uses {
+		if !u.Present || u.Availability == AvailRecorded {
+			continue
+		}
+		e, ok := LookupExporter(u.Source)
+		if !ok || e.Twin {
+			continue
+		}
+		names = append(names, u.Name)
+		if !slices.Contains(exps, e.Name) {
+			exps = append(exps, e.Name)
+		}
+	}
+	if len(names) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("the twin does not export %s's series, so it is evaluated there as reading nothing for %s", strings.Join(exps, " or "), strings.Join(names, ", "))
 }
 
 func unique(s []string) []string {

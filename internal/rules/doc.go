@@ -11,13 +11,18 @@
 // rule and its line, because that is what a person fixing a rule file needs.
 //
 // Analyze walks each parsed expression, finds the metrics it reads and
-// decides, from the exporter metrics this package carries as data
-// (metrics/*.csv, each row with its provenance), whether the rule can ever
-// produce a result: a rule that reads a metric no exporter produces, an
-// opt-in dcgm-exporter counter that is switched off, or a recording rule that
-// itself never produces anything, can never fire. The analysis is
-// conservative: it says never_fires only when every way the expression could
-// produce a sample needs a metric that is absent.
+// decides, from a registry of exporters carried as data
+// (exporters/exporters.csv, and each exporter's metrics in metrics/*.csv,
+// every row with its provenance), whether the rule can ever produce a result
+// on a fleet that runs the exporters it declares (AnalyzeOptions.Exporters;
+// by default dcgm-exporter, kube-state-metrics, node-exporter and gpuchaos'
+// own series). A rule is never_fires when every way it could produce a
+// sample needs a series the declared exporters provably do not produce: one
+// of an exporter the fleet does not run, an opt-in counter left off, a
+// misspelt name, or a recording rule that itself never produces anything.
+// It is unknown when it can produce a sample only through metrics no
+// registry entry lists: gpuchaos cannot tell, and evaluates it as reading
+// nothing.
 //
 // Pack and Packs give the bundled packs: the seed's rule, a pack typical of
 // what GPU teams deploy, and the recommended pack (packs/README.md documents
