@@ -16,9 +16,26 @@
 //
 // GPUs: temperature follows a first-order curve towards ambient + power ×
 // thermal resistance (time constant 90 s by default), integrated exactly per
-// physics step (1 s). Above the model's slowdown temperature the SM clock is
-// cut to the power that holds the GPU there; a power cap cuts the clock until
-// the draw fits. Power follows activity and clock. A rank's compute time is
+// physics step (1 s). Above the model's slowdown temperature the SW thermal
+// controller cuts the SM clock to the power that holds the GPU there, and
+// the HW thermal slowdown engages: it at least halves the clock (nvml.h:
+// "reducing the core clocks by a factor of 2 or more") until the GPU has
+// cooled 3 °C below the slowdown temperature. A power cap cuts the clock
+// until the draw fits; a power brake is a HW slowdown and halves it too.
+// Power follows activity and clock (idle + (TDP − idle) × activity ×
+// clock³), so it falls with every clock cut. An uncorrectable ECC error
+// raises the uncorrectable remapped-rows count and leaves a remap pending
+// until the next reset, as on every GPU with row remapping (Ampere on).
+//
+// Telemetry noise: every scrape draws seeded noise (its own PCG stream,
+// so it never shifts the variability or failures a seed draws) that moves
+// what the exporter reports, never the model's state: power by 0.21 % of
+// the draw, a SW-limited SM clock by 18.4 MHz in 15 MHz steps,
+// temperatures by 0.25 °C before rounding to whole degrees, a busy GPU's
+// utilisation by one point. The figures are the standard deviations of a
+// real busy H200's one-second readings (../shared/data/h200-telemetry/
+// burn-bf16.json: 1.44 W at 690.9 W, 18.4 MHz, 0.20 °C); utilisation is
+// not in those readings and its jitter is a modelling choice (noise.go). A rank's compute time is
 // its median time × the GPU's variability factor (lognormal, or sampled from
 // the PAL per-GPU slowdowns in data/) × any silent slowdown ÷ the clock
 // ratio.

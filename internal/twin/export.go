@@ -61,14 +61,14 @@ type gpuMetric struct {
 // goes down shows as zero.
 func allGPUMetrics() []gpuMetric {
 	return []gpuMetric{
-		{"DCGM_FI_DEV_SM_CLOCK", func(g *gpu) float64 { return math.Round(g.smClock) }},
+		{"DCGM_FI_DEV_SM_CLOCK", func(g *gpu) float64 { return g.readSMClock() }},
 		{"DCGM_FI_DEV_MEM_CLOCK", func(g *gpu) float64 { return g.model.MemClockMHz }},
-		{"DCGM_FI_DEV_GPU_TEMP", func(g *gpu) float64 { return math.Round(g.temp) }},
-		{"DCGM_FI_DEV_MEMORY_TEMP", func(g *gpu) float64 { return math.Round(g.memTemp) }},
-		{"DCGM_FI_DEV_POWER_USAGE", func(g *gpu) float64 { return math.Round(g.power*1000) / 1000 }},
+		{"DCGM_FI_DEV_GPU_TEMP", func(g *gpu) float64 { return readTemp(g.temp, g.noise.temp) }},
+		{"DCGM_FI_DEV_MEMORY_TEMP", func(g *gpu) float64 { return readTemp(g.memTemp, g.noise.memTemp) }},
+		{"DCGM_FI_DEV_POWER_USAGE", func(g *gpu) float64 { return g.readPower() }},
 		{"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", func(g *gpu) float64 { return math.Floor(g.energyJ * 1000) }},
 		{"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", func(g *gpu) float64 { return g.pcieReplay }},
-		{"DCGM_FI_DEV_GPU_UTIL", func(g *gpu) float64 { return math.Round(100 * g.util()) }},
+		{"DCGM_FI_DEV_GPU_UTIL", func(g *gpu) float64 { return g.readUtil() }},
 		{"DCGM_FI_DEV_MEM_COPY_UTIL", func(g *gpu) float64 { return math.Round(g.copyUtil) }},
 		{"DCGM_FI_DEV_XID_ERRORS", func(g *gpu) float64 { return g.xidLast }},
 		{"DCGM_FI_DEV_FB_FREE", func(g *gpu) float64 {
@@ -302,6 +302,7 @@ func (t *Twin) doScrape() {
 			}
 			continue
 		}
+		g.noise.draw(t.noiseRNG)
 		for i, m := range t.store.gpuMetrics {
 			g.series[i].Append(ts, m.value(g))
 		}

@@ -94,6 +94,7 @@ type gpu struct {
 	xidTimes               []float64 // seconds since start of recent XIDs, for DCGM_EXP_XID_ERRORS_COUNT
 	xid92Logged            bool
 	mods                   gpuMods
+	noise                  telemetryNoise   // this scrape's reading noise
 	series                 []*series.Series // per enabled GPU metric, in gpuMetrics order
 }
 

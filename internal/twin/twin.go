@@ -89,6 +89,7 @@ type Twin struct {
 	pin       time.Duration
 
 	failRNG    *rand.Rand
+	noiseRNG   *rand.Rand // telemetry noise (noise.go), drawn at every scrape
 	background bool
 	bgCount    int
 
@@ -127,7 +128,8 @@ func New(opts Options) (*Twin, error) {
 		retention:  opts.Retention,
 		// Separate streams, so that turning background failures on does
 		// not change the variability a seed draws.
-		failRNG: rand.New(rand.NewPCG(opts.Seed, 0x6661696c)), // "fail"
+		failRNG:  rand.New(rand.NewPCG(opts.Seed, 0x6661696c)),   // "fail"
+		noiseRNG: rand.New(rand.NewPCG(opts.Seed, 0x6e6f697365)), // "noise"
 	}
 	t.thermalDecay = math.Exp(-spec.PhysicsStep.Seconds() / spec.ThermalTimeConstant.Seconds())
 	if opts.ScrapeInterval < 0 || opts.ScrapeInterval > 0 && opts.ScrapeInterval < time.Second {
