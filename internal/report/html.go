@@ -41,7 +41,7 @@ func CoverageHTML(w io.Writer, res *coverage.Result, title string) error {
 		}
 		rows = append(rows, r)
 	}
-	return coverageTmpl.Execute(w, map[string]any{"Title": title, "Doc": doc, "Rows": rows, "Detectors": res.Detectors, "Timelines": timelines(res), "Never": neverFires(res)})
+	return coverageTmpl.Execute(w, map[string]any{"Title": title, "Doc": doc, "Rows": rows, "Detectors": res.Detectors, "Timelines": timelines(res), "Never": rulesWith(res, "never_fires"), "Unknown": rulesWith(res, "unknown")})
 }
 
 // timeline is one fault's detections drawn on its time axis.
@@ -126,6 +126,7 @@ Goodput {{printf "%.3f" .Doc.Summary.BaselineGoodput}} fault-free, {{printf "%.3
 {{range .Rows}}<tr><td class="f{{if .Missed}} missed{{end}}" title="{{.Family}}{{if .Missed}}: nothing noticed this fault{{end}}">{{.ID}}</td><td class="f">{{.Target}}</td><td>{{.Goodput}}</td>{{range .Cells}}<td class="{{.Class}}" title="{{.Title}}">{{.Text}}</td>{{end}}</tr>
 {{end}}</tbody></table>
 {{with .Never}}<h2>Rules that can never fire</h2><ul>{{range .}}<li><b>{{.Name}}</b> <span class="src">{{.Source}}</span>: {{.Reason}}</li>{{end}}</ul>{{end}}
+{{with .Unknown}}<h2>Rules over metrics no exporter gpuchaos knows lists</h2><ul>{{range .}}<li><b>{{.Name}}</b> <span class="src">{{.Source}}</span>: {{.Reason}}</li>{{end}}</ul>{{end}}
 {{with .Doc.Suggestions}}<h2>Suggestions for the faults no rule caught</h2>
 <p class="sum">From the recommended pack; each was re-run on the twin and stayed silent over a fault-free hour.</p>
 <table class="sg"><thead><tr><th>fault</th><th>rule</th><th>time to detect</th><th>expression or reason</th></tr></thead><tbody>
@@ -145,11 +146,11 @@ Goodput {{printf "%.3f" .Doc.Summary.BaselineGoodput}} fault-free, {{printf "%.3
 </body></html>
 `))
 
-// neverFires lists the rules under test that can never fire.
-func neverFires(res *coverage.Result) []coverage.RuleReport {
+// rulesWith lists the rules under test whose static analysis says status.
+func rulesWith(res *coverage.Result, status string) []coverage.RuleReport {
 	var out []coverage.RuleReport
 	for _, r := range res.Rules {
-		if r.Status == "never_fires" {
+		if r.Status == status {
 			out = append(out, r)
 		}
 	}

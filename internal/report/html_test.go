@@ -209,3 +209,28 @@ func TestCoverageHTML(t *testing.T) {
 		})
 	}
 }
+
+// TestCoverageHTMLUnknown: rules over metrics no exporter lists get their
+// own list, apart from those that can never fire (issue 14, observation 5).
+func TestCoverageHTMLUnknown(t *testing.T) {
+	t.Parallel()
+	res := sample(t)
+	res.Rules = append(res.Rules,
+		coverage.RuleReport{Name: "AutopilotUnhealthy", Kind: "alert", Source: "a.yaml:4", Status: "unknown", Reason: "reads autopilot_health_checks"},
+		coverage.RuleReport{Name: "SmiHot", Kind: "alert", Source: "a.yaml:8", Status: "never_fires", Reason: "reads nvidia_smi_temperature_gpu"})
+	var b bytes.Buffer
+	if err := report.CoverageHTML(&b, res, "t"); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	never, unknown := strings.Index(page, "Rules that can never fire"), strings.Index(page, "Rules over metrics no exporter gpuchaos knows lists")
+	if never < 0 || unknown < 0 {
+		t.Fatalf("page lacks a list (never %d, unknown %d)", never, unknown)
+	}
+	if a := strings.Index(page, "AutopilotUnhealthy"); a < unknown {
+		t.Errorf("the unknown rule is not in the unknown list")
+	}
+	if s := strings.Index(page, "SmiHot"); s < never || s > unknown {
+		t.Errorf("the never-firing rule is not in the never-fires list")
+	}
+}
