@@ -530,28 +530,27 @@ func (a *analyzer) analyze(r *Rule, loose *analyzer) Analysis {
 	return an
 }
 
-// offTwin says which present metrics come from exporters the twin does not
-// imitate: the rule can fire on the fleet, but on the twin those parts read
+// offTwin says which present metrics the twin does not export (those of
+// exporters it does not imitate, and DCGM fields beyond the counters it
+// knows): the rule can fire on the fleet, but on the twin those parts read
 // nothing, so a fault it would catch there shows as missed.
 func (a *analyzer) offTwin(uses []MetricUse) string {
-	var names, exps []string
+	var parts []string
 	for _, u := range uses {
 		if !u.Present || u.Availability == AvailRecorded {
 			continue
 		}
 		e, ok := LookupExporter(u.Source)
-		if !ok || e.Twin {
+		i, known := a.cat.byName[u.Name]
+		if !ok || !known || e.Twin && !strings.HasPrefix(a.cat.known[i].Provenance, "dcgm_fields.h") {
 			continue
 		}
-		names = append(names, u.Name)
-		if !slices.Contains(exps, e.Name) {
-			exps = append(exps, e.Name)
-		}
+		parts = append(parts, fmt.Sprintf("%s (%s)", u.Name, e.Name))
 	}
-	if len(names) == 0 {
+	if len(parts) == 0 {
 		return ""
 	}
-	return fmt.Sprintf("the twin does not export %s's series, so it is evaluated there as reading nothing for %s", strings.Join(exps, " or "), strings.Join(names, ", "))
+	return fmt.Sprintf("the twin does not export %s, so there it reads nothing", strings.Join(parts, ", "))
 }
 
 func unique(s []string) []string {
@@ -601,7 +600,7 @@ func (a *analyzer) explain(name string, visiting map[string]bool) string {
 			return fmt.Sprintf("%s, which the counters CSV given for dcgm-exporter does not list", name)
 		}
 		if m.Source == "dcgm-exporter" && strings.HasPrefix(m.Provenance, "dcgm_fields.h") {
-			return fmt.Sprintf("%s, a DCGM field dcgm-exporter exports only when its counters CSV lists it (the twin does not export it)", name)
+			return fmt.Sprintf("%s, a DCGM field dcgm-exporter exports only when its counters CSV lists it (list it there and pass the file with --exporter dcgm-exporter=FILE; the twin does not export it)", name)
 		}
 		if m.Source == "dcgm-exporter" {
 			return fmt.Sprintf("%s, an opt-in counter that dcgm-exporter's default set leaves off (enable it in the exporter's counters CSV, then pass it as opt-in)", name)

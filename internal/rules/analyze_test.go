@@ -67,7 +67,7 @@ func TestAnalyzeStatus(t *testing.T) {
 		// did-you-mean only for a name that measures the same thing.
 		{name: "kube-state-metrics default series", expr: "kube_pod_info > 0", want: StatusOK},
 		{name: "real DCGM field, not listed", expr: "DCGM_FI_DEV_POWER_USAGE > 0.9 * DCGM_FI_DEV_POWER_MGMT_LIMIT", want: StatusNeverFires,
-			reason: "A reads DCGM_FI_DEV_POWER_MGMT_LIMIT, a DCGM field dcgm-exporter exports only when its counters CSV lists it (the twin does not export it)"},
+			reason: "A reads DCGM_FI_DEV_POWER_MGMT_LIMIT, a DCGM field dcgm-exporter exports only when its counters CSV lists it (list it there and pass the file with --exporter dcgm-exporter=FILE; the twin does not export it)"},
 		{name: "GPU Operator series", expr: "gpu_operator_node_driver_validation == 0", want: StatusNeverFires,
 			reason: "A reads gpu_operator_node_driver_validation, which gpu-operator exports, an exporter this fleet does not run (declare it with --exporter gpu-operator)"},
 		{name: "GPU Operator declared", expr: "gpu_operator_node_driver_validation == 0", exporters: []string{"gpu-operator"}, want: StatusOK},
@@ -75,11 +75,12 @@ func TestAnalyzeStatus(t *testing.T) {
 		{name: "no did-you-mean for another quantity", expr: "DCGM_FI_DEV_POWER_CAPPED > 0", want: StatusUnknown},
 		// Issue 14, observation 6: the exporter the fleet runs.
 		{name: "nvidia_gpu_exporter declared", expr: "nvidia_smi_temperature_gpu > 85", exporters: []string{"nvidia_gpu_exporter"}, want: StatusOK,
-			reason: "the twin does not export nvidia_gpu_exporter's series, so it is evaluated there as reading nothing for nvidia_smi_temperature_gpu"},
+			reason: "the twin does not export nvidia_smi_temperature_gpu (nvidia_gpu_exporter), so there it reads nothing"},
 		{name: "old namespace declared", expr: "dcgm_gpu_temp > 85", exporters: []string{"dcgm-exporter-1.x"}, want: StatusOK},
 		{name: "dcgm-exporter not declared", expr: "DCGM_FI_DEV_GPU_TEMP > 85", exporters: []string{"nvidia_gpu_exporter"}, want: StatusNeverFires,
 			reason: "A reads DCGM_FI_DEV_GPU_TEMP, which dcgm-exporter exports, an exporter this fleet does not run (declare it with --exporter dcgm-exporter)"},
-		{name: "counters CSV is the exact truth", expr: "DCGM_FI_DEV_POWER_MGMT_LIMIT > 0", counters: []string{"DCGM_FI_DEV_POWER_MGMT_LIMIT"}, want: StatusOK},
+		{name: "counters CSV is the exact truth", expr: "DCGM_FI_DEV_POWER_MGMT_LIMIT > 0", counters: []string{"DCGM_FI_DEV_POWER_MGMT_LIMIT"}, want: StatusOK,
+			reason: "the twin does not export DCGM_FI_DEV_POWER_MGMT_LIMIT (dcgm-exporter), so there it reads nothing"},
 		{name: "counters CSV drops a default", expr: "DCGM_FI_DEV_GPU_TEMP > 85", counters: []string{"DCGM_FI_DEV_POWER_USAGE"}, want: StatusNeverFires,
 			reason: "A reads DCGM_FI_DEV_GPU_TEMP, which the counters CSV given for dcgm-exporter does not list"},
 		{name: "unknown metric declared by the caller", expr: "my_app_requests_total > 0",
