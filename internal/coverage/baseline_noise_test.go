@@ -41,3 +41,30 @@ func TestRecommendedPackQuietOnNoisyBaseline(t *testing.T) {
 		t.Errorf("recommended pack on the fault-free twin: false positives %q (noise %+v)", fp, res.Baseline.Noisy)
 	}
 }
+
+// TestLaunchRuleIsNoisy: the fault-free baseline relaunches its job once,
+// as a healthy fleet does every day, so a rule that pages on the memory a
+// launch allocates is noisy and no fault's detector (issue 14,
+// observation 9).
+func TestLaunchRuleIsNoisy(t *testing.T) {
+	t.Parallel()
+	set := loadRules(t, map[string]string{"alloc.yaml": `groups:
+- name: gpu
+  rules:
+  - alert: GpuMemoryGrowing
+    expr: deriv(DCGM_FI_DEV_FB_USED[2m]) > 512
+`})
+	res := run(t, coverage.Options{Seed: 1, Detectors: []*probe.Detector{}, Rules: set,
+		Faults: faults(t, "hardware.xid", "workload.kill-rank")})
+	if !slices.Contains(res.Baseline.FalsePositives, "GpuMemoryGrowing") {
+		t.Fatalf("false positives = %q, want GpuMemoryGrowing (it fires at every launch)", res.Baseline.FalsePositives)
+	}
+	for _, fr := range res.Faults {
+		if c := fr.Cells["GpuMemoryGrowing"]; c.Detected || c.Verdict != coverage.Noisy || slices.Contains(fr.By, "GpuMemoryGrowing") {
+			t.Errorf("%s: GpuMemoryGrowing cell %+v, by %q; want no credit, verdict noisy", fr.ID, c, fr.By)
+		}
+	}
+	if r := res.Baseline.Job.Restarts; r != 0 {
+		t.Errorf("baseline job restarts = %d, want 0: a clean relaunch is not a crash", r)
+	}
+}

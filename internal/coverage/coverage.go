@@ -256,6 +256,15 @@ func (o *Options) defaults() {
 // recover and the job's cost.
 const recoveryWindow = 10 * time.Minute
 
+// The fault-free baseline relaunches its job cleanly baselineRelaunchAfter
+// into the observed span, down for baselineRelaunchDown (process exit, start
+// and checkpoint load on the same GPUs), so a rule that fires on every job
+// launch fires there too (issue 14, observation 9).
+const (
+	baselineRelaunchAfter = 5 * time.Minute
+	baselineRelaunchDown  = 30 * time.Second
+)
+
 // Run computes the matrix.
 func Run(ctx context.Context, opts Options) (*Result, error) {
 	if opts.Rules != nil && len(opts.Rules.Rules) > MaxRules {
@@ -511,6 +520,25 @@ func impact(before, after twin.JobStatus, ranks int) JobImpact {
 	return j
 }
 
+// impactAround is impact from before to after leaving out the stretch from
+// pre to post (the baseline's relaunch): goodput is the rate of the rest,
+// and the GPU-hours lost are that rate's over the whole span, so they
+// compare with a fault run's. A zero post (the span ended first) leaves
+// nothing out.
+func impactAround(before, pre, post, after twin.JobStatus, ranks int) JobImpact {
+	if post.WallSeconds == 0 {
+		return impact(before, after, ranks)
+	}
+	wall := pre.WallSeconds - before.WallSeconds + after.WallSeconds - post.WallSeconds
+	prod := pre.ProductiveSeconds - before.ProductiveSeconds + after.ProductiveSeconds - post.ProductiveSeconds
+	j := JobImpact{Restarts: after.Restarts - before.Restarts}
+	if wall > 0 {
+		j.Goodput = prod / wall
+		j.LostGPUHours = (after.WallSeconds - before.WallSeconds) * (1 - j.Goodput) * float64(ranks) / 3600
+	}
+	return j
+}
+
 // baseline runs a fault-free twin over the same span as a fault run and
 // reports which detectors fired anyway.
 func (r *runner) baseline(ctx context.Context) (Baseline, error) {
@@ -536,7 +564,23 @@ func (r *runner) baseline(ctx context.Context) (Baseline, error) {
 	held := make([]bool, len(probes))
 	span := opts.Window + recoveryWindow
 	end := tw.Now().Add(span)
+	// A normal day: the job is relaunched cleanly, so a rule that pages on
+	// every launch (its memory allocation, its first steps) shows as
+	// noisy. No fault run has the relaunch, so the job's goodput is
+	// measured around it: pre and post bracket it.
+	relaunch, relaunched := tw.Now().Add(baselineRelaunchAfter), false
+	var pre, post twin.JobStatus
 	for tw.Now().Before(end) {
+		switch now := tw.Now(); {
+		case !relaunched && !now.Before(relaunch):
+			pre, _ = tw.Job(job)
+			if err := tw.Relaunch(job, baselineRelaunchDown); err != nil {
+				return Baseline{}, err
+			}
+			relaunched = true
+		case relaunched && post.WallSeconds == 0 && !now.Before(relaunch.Add(baselineRelaunchDown)):
+			post, _ = tw.Job(job)
+		}
 		for i, p := range probes {
 			obs, err := p.Observe(ctx)
 			if err != nil {
@@ -552,7 +596,7 @@ func (r *runner) baseline(ctx context.Context) (Baseline, error) {
 		}
 	}
 	after, _ := tw.Job(job)
-	b := Baseline{Job: impact(before, after, len(tw.Inventory().Jobs[0].Ranks)), FalsePositives: []string{}, Noisy: []Noise{}}
+	b := Baseline{Job: impactAround(before, pre, post, after, len(tw.Inventory().Jobs[0].Ranks)), FalsePositives: []string{}, Noisy: []Noise{}}
 	for _, set := range []*ruleSet{r.builtin, r.rules} {
 		if set == nil {
 			continue

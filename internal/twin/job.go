@@ -75,6 +75,7 @@ type job struct {
 
 	step, computed, lostSteps int64
 	restarts                  int
+	relaunching               bool // down for a clean relaunch, not a crash
 	resumedFrom               int64
 	lastCrash                 string
 	ckpts                     []checkpoint
@@ -390,6 +391,36 @@ func (t *Twin) crashAfter(j *job, reason string, grace time.Duration) {
 	t.schedule(grace+j.spec.RestartCost, evRestart, j.idx, j.gen, "")
 }
 
+// Relaunch stops the named job cleanly and launches it again after down,
+// as happens in a healthy fleet every day: a resubmission, a new run, a
+// deliberate restart to change a setting. The processes exit and free
+// their HBM, and the new ones allocate it again and resume from the step
+// the job stopped at; only the step in flight is redone. It is not a
+// crash: the restart counter, the last crash and the checkpoints stay as
+// they were. A job that is not running (down, blocked or hung) is left
+// alone; an unknown job is an error wrapping ErrUnknownTarget.
+func (t *Twin) Relaunch(name string, down time.Duration) error {
+	j, ok := t.byJob[name]
+	if !ok {
+		return fmt.Errorf("relaunch job %q: %w", name, ErrUnknownTarget)
+	}
+	switch j.state {
+	case jobRunning:
+		j.lostWorkSec += (t.now - j.stepStart).Seconds()
+	case jobStalled:
+	default:
+		return nil
+	}
+	j.downSince = t.now
+	j.relaunching = true
+	j.state = jobRestarting
+	j.gen++
+	j.write = nil
+	t.setIdle(j)
+	t.schedule(down, evRestart, j.idx, j.gen, "")
+	return nil
+}
+
 // usable reports whether every rank of the job has a GPU and node to run on.
 func (t *Twin) usable(j *job) bool {
 	for _, g := range j.ranks {
@@ -407,6 +438,14 @@ func (t *Twin) usable(j *job) bool {
 func (t *Twin) tryRestart(j *job) {
 	if !t.usable(j) {
 		j.state = jobBlocked
+		return
+	}
+	if j.relaunching {
+		// A clean relaunch resumes where the job stopped: it lost only
+		// the step in flight, and is no restart of the job.
+		j.relaunching = false
+		j.downSec += (t.now - j.downSince).Seconds()
+		t.resume(j, false)
 		return
 	}
 	c := j.ckpts[0]

@@ -776,3 +776,33 @@ func TestStopGrace(t *testing.T) {
 		})
 	}
 }
+
+// TestRelaunch: a clean relaunch frees the job's HBM and allocates it
+// again, resumes where the job stopped and is no restart (issue 14,
+// observation 9).
+func TestRelaunch(t *testing.T) {
+	t.Parallel()
+	tw := newTwin(t, Options{Spec: oneNode()})
+	sleep(t, tw, 5*time.Minute)
+	fb := func() float64 { return last(gpuSeries(tw, "DCGM_FI_DEV_FB_USED", "gpu-node-0", 0)) }
+	used := fb()
+	before := status(t, tw)
+	if err := tw.Relaunch(demoJob, time.Minute); err != nil {
+		t.Fatalf("Relaunch: %v", err)
+	}
+	sleep(t, tw, 30*time.Second)
+	if st := status(t, tw); st.Running || fb() != 0 {
+		t.Errorf("during the relaunch: running %v, FB_USED %g; want down and 0", st.Running, fb())
+	}
+	sleep(t, tw, 2*time.Minute)
+	after := status(t, tw)
+	if !after.Running || fb() != used {
+		t.Errorf("after the relaunch: running %v, FB_USED %g; want up and %g", after.Running, fb(), used)
+	}
+	if after.Restarts != before.Restarts || after.LostSteps != before.LostSteps || after.LastCrash != "" {
+		t.Errorf("relaunch counted as a crash: %+v", after)
+	}
+	if err := tw.Relaunch("no-such-job", time.Minute); !errors.Is(err, ErrUnknownTarget) {
+		t.Errorf("Relaunch(no-such-job) = %v, want ErrUnknownTarget", err)
+	}
+}
