@@ -39,7 +39,7 @@ func TestCoverageExporterFlag(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("gpu_temp, gauge, x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	statuses := func(t *testing.T, extra ...string) map[string]string {
+	statuses := func(t *testing.T, extra ...string) (status, reason map[string]string) {
 		t.Helper()
 		args := append([]string{"coverage", "--rules", rulesFile, "--faults", "hardware.xid", "--suggest=false", "--format", "json", "--parallel", "1"}, extra...)
 		code, out, errs := runCLI(t, "", args...)
@@ -52,11 +52,11 @@ func TestCoverageExporterFlag(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &doc); err != nil {
 			t.Fatal(err)
 		}
-		got := map[string]string{}
+		status, reason = map[string]string{}, map[string]string{}
 		for _, r := range doc.Rules {
-			got[r.Name] = r.Status
+			status[r.Name], reason[r.Name] = r.Status, r.Reason
 		}
-		return got
+		return status, reason
 	}
 	for _, tt := range []struct {
 		name  string
@@ -71,10 +71,15 @@ func TestCoverageExporterFlag(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			got := statuses(t, tt.extra...)
+			got, reason := statuses(t, tt.extra...)
 			for rule, want := range tt.want {
 				if got[rule] != want {
 					t.Errorf("%s: status %q, want %q", rule, got[rule], want)
+				}
+				// A rule the fleet can fire on but whose series the twin
+				// does not export says so.
+				if want == "ok" && rule != "PodGone" && !strings.Contains(reason[rule], "the twin does not export") {
+					t.Errorf("%s: ok, but the reason %q does not say the twin reads nothing for it", rule, reason[rule])
 				}
 			}
 		})

@@ -278,6 +278,15 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	r.builtin = builtinRules(res.Detectors)
 	if opts.Rules != nil {
 		r.rules = prepare(opts.Rules, rules.AnalyzeOptions{OptIn: r.optIn, Exporters: opts.Exporters, Counters: opts.Counters})
+		tw, err := newTwin(opts)
+		if err != nil {
+			return nil, err
+		}
+		exported := map[string]bool{}
+		for _, s := range tw.Series() {
+			exported[s.Metric] = true
+		}
+		r.rules.noteOffTwin(exported)
 		res.Detectors = append(res.Detectors, r.rules.cols...)
 		res.Rules = r.rules.reports
 	}

@@ -122,6 +122,40 @@ type ruleSet struct {
 	// as absent (TestTwinExportsWhatAnalysisCounts), so leaving them out
 	// changes no cell.
 	live *rules.Set
+	// uses holds each report's metrics as the analysis saw them, and col
+	// each alert report's matrix column (nil for a record).
+	uses [][]rules.MetricUse
+	col  []*Detector
+}
+
+// noteOffTwin adds to the reason of every rule that can fire the metrics it
+// reads that the fleet has and the twin does not export (another exporter's,
+// a DCGM field beyond the twin's counters): on the twin those parts read
+// nothing, so a fault they would catch on the fleet shows as missed there.
+func (rs *ruleSet) noteOffTwin(exported map[string]bool) {
+	for i := range rs.reports {
+		r := &rs.reports[i]
+		if r.Status != string(rules.StatusOK) {
+			continue
+		}
+		var off []string
+		for _, u := range rs.uses[i] {
+			if u.Present && u.Availability != rules.AvailRecorded && !exported[u.Name] {
+				off = append(off, u.Name)
+			}
+		}
+		if len(off) == 0 {
+			continue
+		}
+		note := fmt.Sprintf("the twin does not export %s, so there it reads nothing", strings.Join(off, ", "))
+		if r.Reason != "" {
+			note = r.Reason + "; " + note
+		}
+		r.Reason = note
+		if c := rs.col[i]; c != nil {
+			c.Reason = note
+		}
+	}
 }
 
 // prepare analyses a set once for a whole coverage run, with the exporters
@@ -143,6 +177,8 @@ func prepare(set *rules.Set, opts rules.AnalyzeOptions) *ruleSet {
 		src := fmt.Sprintf("%s:%d", r.Source, r.Line)
 		rs.reports = append(rs.reports, RuleReport{Name: r.Name, Kind: string(r.Kind), Source: src, Group: r.Group, Expr: r.Expr,
 			Status: string(a.Status), Reason: a.Reason, Metrics: metrics, Detects: []string{}})
+		rs.uses = append(rs.uses, a.Metrics)
+		rs.col = append(rs.col, nil)
 		if r.Kind != rules.KindAlert {
 			continue
 		}
@@ -157,6 +193,7 @@ func prepare(set *rules.Set, opts rules.AnalyzeOptions) *ruleSet {
 		}
 		rs.cols = append(rs.cols, &Detector{Name: name, Kind: "rule", Layer: catalog.LayerExporterMetrics, Reads: metrics, Rule: oneLine(expr),
 			Source: src + " group " + r.Group, Status: string(a.Status), Reason: a.Reason, rule: r})
+		rs.col[len(rs.col)-1] = rs.cols[len(rs.cols)-1]
 	}
 	return rs
 }

@@ -521,36 +521,7 @@ func (a *analyzer) analyze(r *Rule, loose *analyzer) Analysis {
 		}
 		an.Reason = fmt.Sprintf("%s can %s, but never through the parts of it that read %s", r.Name, verb, a.explainAll(missing, map[string]bool{}))
 	}
-	if note := a.offTwin(an.Metrics); note != "" {
-		if an.Reason != "" {
-			an.Reason += "; "
-		}
-		an.Reason += note
-	}
 	return an
-}
-
-// offTwin says which present metrics the twin does not export (those of
-// exporters it does not imitate, and DCGM fields beyond the counters it
-// knows): the rule can fire on the fleet, but on the twin those parts read
-// nothing, so a fault it would catch there shows as missed.
-func (a *analyzer) offTwin(uses []MetricUse) string {
-	var parts []string
-	for _, u := range uses {
-		if !u.Present || u.Availability == AvailRecorded {
-			continue
-		}
-		e, ok := LookupExporter(u.Source)
-		i, known := a.cat.byName[u.Name]
-		if !ok || !known || e.Twin && !strings.HasPrefix(a.cat.known[i].Provenance, "dcgm_fields.h") {
-			continue
-		}
-		parts = append(parts, fmt.Sprintf("%s (%s)", u.Name, e.Name))
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return fmt.Sprintf("the twin does not export %s, so there it reads nothing", strings.Join(parts, ", "))
 }
 
 func unique(s []string) []string {

@@ -55,9 +55,7 @@ type Exporter struct {
 	Name       string `json:"name"`
 	Repository string `json:"repository"`
 	// Declared says whether a fleet runs it when none is named.
-	Declared bool `json:"declared"`
-	// Twin says whether the twin exports its series.
-	Twin       bool   `json:"twin"`
+	Declared   bool   `json:"declared"`
 	Help       string `json:"help"`
 	Provenance string `json:"provenance"`
 }
@@ -196,18 +194,16 @@ func (c *catalogue) parseExporters(fsys fs.FS) error {
 		return err
 	}
 	for i, r := range rows {
-		if len(r) != 6 {
-			return fmt.Errorf("%s: row %d: %d columns, want name,repository,declared,twin,help,provenance", f, i+1, len(r))
+		if len(r) != 5 {
+			return fmt.Errorf("%s: row %d: %d columns, want name,repository,declared,help,provenance", f, i+1, len(r))
 		}
-		e := Exporter{Name: r[0], Repository: r[1], Help: r[4], Provenance: r[5]}
-		for j, dst := range []*bool{&e.Declared, &e.Twin} {
-			switch r[2+j] {
-			case "yes":
-				*dst = true
-			case "no":
-			default:
-				return fmt.Errorf("%s: %s: column %d is %q, want yes or no", f, e.Name, 3+j, r[2+j])
-			}
+		e := Exporter{Name: r[0], Repository: r[1], Help: r[3], Provenance: r[4]}
+		switch r[2] {
+		case "yes":
+			e.Declared = true
+		case "no":
+		default:
+			return fmt.Errorf("%s: %s: declared is %q, want yes or no", f, e.Name, r[2])
 		}
 		c.exporters = append(c.exporters, e)
 	}
