@@ -109,8 +109,15 @@ fault-free twin).`,
 					optIn = append(optIn, c)
 				}
 			}
+			// The twin switches on the counters it knows; the others (a
+			// kube-state-metrics resource, node-exporter's systemd
+			// collector) count for the static analysis only.
+			var analysisOnly []string
 			for _, c := range optIn {
-				if !slices.Contains(spec.Exporter.OptIn, c) {
+				switch {
+				case !slices.Contains(known, c):
+					analysisOnly = append(analysisOnly, c)
+				case !slices.Contains(spec.Exporter.OptIn, c):
 					spec.Exporter.OptIn = append(spec.Exporter.OptIn, c)
 				}
 			}
@@ -118,7 +125,7 @@ fault-free twin).`,
 			if err != nil {
 				return err
 			}
-			opts := coverage.Options{Spec: spec, Faults: faults, Seed: seed, Parallel: parallel, Rules: set, OptIn: spec.Exporter.OptIn,
+			opts := coverage.Options{Spec: spec, Faults: faults, Seed: seed, Parallel: parallel, Rules: set, OptIn: append(slices.Clone(spec.Exporter.OptIn), analysisOnly...),
 				Exporters: exporters, Counters: counters}
 			if !builtin {
 				opts.Detectors = []*probe.Detector{}
@@ -153,7 +160,7 @@ fault-free twin).`,
 	cmd.Flags().StringVar(&cluster, "cluster", "", "twin cluster spec YAML (default: two 8-GPU H200 nodes)")
 	cmd.Flags().BoolVar(&builtin, "builtin", false, "also judge gpuchaos' built-in detectors (kernel-log watcher, workload and node signals)")
 	cmd.Flags().BoolVar(&suggest, "suggest", true, "propose and verify recommended rules for the faults nothing catches")
-	cmd.Flags().StringSliceVar(&optIn, "opt-in", nil, "dcgm-exporter opt-in counters your exporter has enabled (e.g. DCGM_FI_DEV_ECC_DBE_VOL_TOTAL)")
+	cmd.Flags().StringSliceVar(&optIn, "opt-in", nil, "opt-in counters your exporters have enabled (e.g. DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, node_systemd_unit_state); the twin exports the dcgm-exporter ones")
 	cmd.Flags().StringSliceVar(&expArgs, "exporter", nil, "exporters the fleet runs, NAME or dcgm-exporter=COUNTERS.csv (its counters file, taken as the exact list of what it exports); repeat or separate with commas (default: "+strings.Join(rules.DefaultExporters(), ", ")+"; known: "+strings.Join(exporterNames(), ", ")+")")
 	cmd.Flags().IntVar(&parallel, "parallel", 0, "twins run at once (default: one per CPU)")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write the report to this file instead of standard output")
@@ -244,12 +251,14 @@ func firstFew(list []string, n int) string {
 	return fmt.Sprintf("%s and %d more", strings.Join(list[:n], ", "), len(list)-n)
 }
 
-// checkOptIn refuses --opt-in values the twin cannot export, before any
-// twin is built: the twin's spec would refuse them later with an error
-// chain that names no flag (issue 12). The twin exports every opt-in
-// counter the rules analysis can name (issue 14), so a refusal here is a
-// default counter or a name gpuchaos does not know, with the nearest known
-// one when a typo is likely.
+// checkOptIn refuses --opt-in values that are not opt-in metrics, before
+// any twin is built: the twin's spec would refuse them later with an error
+// chain that names no flag (issue 12). The twin exports every dcgm-exporter
+// opt-in counter the rules analysis tells users to pass (issue 14); another
+// exporter's opt-in metric (kube-state-metrics' opt-in series,
+// node-exporter's systemd collector) is accepted for the analysis only. A
+// refusal is a default metric or a name gpuchaos does not know, with the
+// nearest known one when a typo is likely.
 func checkOptIn(vals []string) error {
 	known := twin.OptInCounters()
 	for _, c := range vals {
@@ -261,7 +270,10 @@ func checkOptIn(vals []string) error {
 			if m.Availability == rules.AvailDefault {
 				return fmt.Errorf("--opt-in: %s is exported by default (%s); --opt-in takes counters the default set leaves off (known: %s)", c, m.Source, list)
 			}
-			return fmt.Errorf("--opt-in: %s is an opt-in metric of %s, not a dcgm-exporter counter the twin can switch on (known: %s)", c, m.Source, list)
+			if m.Source != "dcgm-exporter" {
+				continue
+			}
+			return fmt.Errorf("--opt-in: %s is a DCGM field the twin does not export; list it in dcgm-exporter's counters CSV and pass that with --exporter dcgm-exporter=FILE", c)
 		}
 		if s, d := suggest.Closest(c, known); d <= len(c)/3 {
 			return fmt.Errorf("--opt-in: %s is not a dcgm-exporter opt-in counter gpuchaos knows; did you mean %s?", c, s)

@@ -28,6 +28,8 @@ func TestCoverageExporterFlag(t *testing.T) {
     expr: kube_pod_info{created_by_kind="<none>"} == 1
   - alert: AutopilotUnhealthy
     expr: autopilot_health_checks{health="ERR"} > 0
+  - alert: SystemdFailed
+    expr: node_systemd_unit_state{state="failed"} == 1
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -63,9 +65,10 @@ func TestCoverageExporterFlag(t *testing.T) {
 		extra []string
 		want  map[string]string
 	}{
-		{"defaults", nil, map[string]string{"SmiHot": "never_fires", "OldNamespaceHot": "never_fires", "PowerNearLimit": "never_fires", "PodGone": "ok", "AutopilotUnhealthy": "unknown"}},
+		{"defaults", nil, map[string]string{"SmiHot": "never_fires", "OldNamespaceHot": "never_fires", "PowerNearLimit": "never_fires", "PodGone": "ok", "AutopilotUnhealthy": "unknown", "SystemdFailed": "never_fires"}},
 		{"nvidia_gpu_exporter and the old namespace", []string{"--exporter", "nvidia_gpu_exporter,dcgm-exporter-1.x"},
 			map[string]string{"SmiHot": "ok", "OldNamespaceHot": "ok", "PowerNearLimit": "never_fires", "PodGone": "never_fires", "AutopilotUnhealthy": "unknown"}},
+		{"another exporter's opt-in metric", []string{"--opt-in", "node_systemd_unit_state"}, map[string]string{"SystemdFailed": "ok"}},
 		{"a counters CSV", []string{"--exporter", "dcgm-exporter=" + counters, "--exporter", "kube-state-metrics"},
 			map[string]string{"SmiHot": "never_fires", "PowerNearLimit": "ok", "PodGone": "ok"}},
 	} {
@@ -93,6 +96,7 @@ func TestCoverageExporterFlag(t *testing.T) {
 		{"misspelt exporter", []string{"--exporter", "kube-state-metric"}, `--exporter: "kube-state-metric" is not an exporter gpuchaos knows; did you mean kube-state-metrics?`},
 		{"counters file on another exporter", []string{"--exporter", "node-exporter=" + counters}, "--exporter: node-exporter=" + counters + ": only dcgm-exporter takes a counters file"},
 		{"missing counters file", []string{"--exporter", "dcgm-exporter=" + filepath.Join(dir, "nope.csv")}, "--exporter: open "},
+		{"DCGM field the twin does not export", []string{"--opt-in", "DCGM_FI_DEV_POWER_MGMT_LIMIT"}, "--opt-in: DCGM_FI_DEV_POWER_MGMT_LIMIT is a DCGM field the twin does not export; list it in dcgm-exporter's counters CSV and pass that with --exporter dcgm-exporter=FILE"},
 		{"bad counters file", []string{"--exporter", "dcgm-exporter=" + bad}, `bad.csv:1: "gpu_temp" is not a DCGM field name`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

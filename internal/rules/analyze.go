@@ -576,7 +576,7 @@ func (a *analyzer) explain(name string, visiting map[string]bool) string {
 		if m.Source == "dcgm-exporter" {
 			return fmt.Sprintf("%s, an opt-in counter that dcgm-exporter's default set leaves off (enable it in the exporter's counters CSV, then pass it as opt-in)", name)
 		}
-		return fmt.Sprintf("%s, an opt-in metric that %s leaves off by default", name, m.Source)
+		return fmt.Sprintf("%s, an opt-in metric that %s leaves off by default (enable it there, then pass it with --opt-in)", name, m.Source)
 	}
 	u := a.use(name)
 	var s string

@@ -73,6 +73,9 @@ func TestAnalyzeStatus(t *testing.T) {
 		{name: "GPU Operator declared", expr: "gpu_operator_node_driver_validation == 0", exporters: []string{"gpu-operator"}, want: StatusOK},
 		{name: "Autopilot's own metric", expr: "autopilot_health_checks{health=\"ERR\"} > 0", want: StatusUnknown},
 		{name: "no did-you-mean for another quantity", expr: "DCGM_FI_DEV_POWER_CAPPED > 0", want: StatusUnknown},
+		{name: "another exporter's opt-in metric", expr: "node_systemd_unit_state{state=\"failed\"} == 1", want: StatusNeverFires,
+			reason: "A reads node_systemd_unit_state, an opt-in metric that node-exporter leaves off by default (enable it there, then pass it with --opt-in)"},
+		{name: "another exporter's opt-in metric, enabled", expr: "node_systemd_unit_state{state=\"failed\"} == 1", optIn: []string{"node_systemd_unit_state"}, want: StatusOK},
 		// Issue 14, observation 6: the exporter the fleet runs.
 		{name: "nvidia_gpu_exporter declared", expr: "nvidia_smi_temperature_gpu > 85", exporters: []string{"nvidia_gpu_exporter"}, want: StatusOK},
 		{name: "old namespace declared", expr: "dcgm_gpu_temp > 85", exporters: []string{"dcgm-exporter-1.x"}, want: StatusOK},
