@@ -135,14 +135,15 @@ func TestSuggestionsHoldUp(t *testing.T) {
 }
 
 // BenchmarkCatalogue50Rules is the speed target: the whole
-// catalogue on the demo twin against 50 rules (the three bundled packs, 38
-// rules, plus the typical pack's 12 again as a second team's copy), every
-// rule evaluated with the real PromQL engine. No suggestions.
+// catalogue on the demo twin against 50 rules (the three bundled packs plus
+// the typical pack again as a second team's copy, cut at 50), every rule
+// evaluated with the real PromQL engine. No suggestions.
 func BenchmarkCatalogue50Rules(b *testing.B) {
 	set := packs(b, "seed", "typical", "recommended", "typical")
-	if n := len(set.Rules); n != 50 {
-		b.Fatalf("%d rules, want 50", n)
+	if n := len(set.Rules); n < 50 {
+		b.Fatalf("%d rules, want at least 50", n)
 	}
+	set.Rules = set.Rules[:50]
 	for b.Loop() {
 		run(b, coverage.Options{Seed: 1, Detectors: []*probe.Detector{}, Rules: set})
 	}

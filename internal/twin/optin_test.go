@@ -1,7 +1,9 @@
 package twin
 
 import (
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,16 +14,28 @@ import (
 )
 
 // TestOptInCountersMatchMetricData holds OptInCounters to internal/rules'
-// metric data: every dcgm-exporter counter the analysis can call "opt-in"
-// (and tell a user to enable) is one the twin can export, and the twin
-// offers none the data does not know (issue 14, observation 1).
+// metric data: every opt-in counter of dcgm-exporter's own counters files
+// (metrics/dcgm-exporter.csv), which the analysis tells a user to enable
+// with --opt-in, is one the twin can export, and the twin offers none the
+// data does not know (issue 14, observation 1). The other DCGM fields
+// (metrics/dcgm-fields.csv) are enabled through a counters CSV passed with
+// --exporter dcgm-exporter=FILE, which the analysis says instead.
 func TestOptInCountersMatchMetricData(t *testing.T) {
 	t.Parallel()
+	b, err := os.ReadFile("../rules/metrics/dcgm-exporter.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
 	var want []string
-	for _, m := range rules.Known() {
-		if m.Source == "dcgm-exporter" && m.Availability == rules.AvailOptIn {
-			want = append(want, m.Name)
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ",")
+		if strings.HasPrefix(line, "#") || len(f) < 3 || f[2] != rules.AvailOptIn {
+			continue
 		}
+		if m, ok := rules.LookupMetric(f[0]); !ok || m.Availability != rules.AvailOptIn {
+			t.Errorf("%s: the metric data reads it as %+v", f[0], m)
+		}
+		want = append(want, f[0])
 	}
 	got := OptInCounters()
 	slices.Sort(want)
