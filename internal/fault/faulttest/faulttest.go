@@ -167,3 +167,29 @@ func Values(t testing.TB, id string, raw map[string]string) catalog.Values {
 	}
 	return v
 }
+
+// BuiltMechanisms maps each of an injector package's fault ids to the
+// mechanisms the catalogue lists as built for it among the names the
+// package has code for (fault.Built), for tests that build an injector by
+// fault id.
+func BuiltMechanisms(faultIDs, names []string) map[string][]string {
+	m := map[string][]string{}
+	for _, id := range faultIDs {
+		if f, ok := catalog.Lookup(id); ok {
+			m[id] = fault.Built(f, names)
+		}
+	}
+	return m
+}
+
+// FirstBuilt is BuiltMechanisms with each fault's first built mechanism;
+// faults with none are left out.
+func FirstBuilt(faultIDs, names []string) map[string]string {
+	m := map[string]string{}
+	for id, built := range BuiltMechanisms(faultIDs, names) {
+		if len(built) > 0 {
+			m[id] = built[0]
+		}
+	}
+	return m
+}

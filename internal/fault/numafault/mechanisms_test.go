@@ -1,20 +1,7 @@
 package numafault
 
-import (
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/fault"
-)
+import "github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 
 // mechanisms maps each fault of this package to its mechanism as the
 // catalogue pairs them, for tests that build an injector by fault id.
-var mechanisms = func() map[string]string {
-	m := map[string]string{}
-	for _, id := range faultIDs {
-		if f, ok := catalog.Lookup(id); ok {
-			if built := fault.Built(f, mechanismNames); len(built) > 0 {
-				m[id] = built[0]
-			}
-		}
-	}
-	return m
-}()
+var mechanisms = faulttest.FirstBuilt(faultIDs, mechanismNames)
