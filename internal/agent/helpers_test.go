@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -128,5 +127,3 @@ func newAgent(t *testing.T, opts Options) *Agent {
 }
 
 func joined(s []string) string { return strings.Join(s, ",") }
-
-func utf8Valid(s string) bool { return utf8.ValidString(s) }

@@ -20,6 +20,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/coverage"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/rules"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // corpusDir holds public rule files kept as their authors published them;
@@ -41,19 +42,6 @@ func corpusFiles(t testing.TB) []string {
 	}
 	slices.Sort(paths)
 	return paths
-}
-
-// promtoolPath finds promtool as internal/probe's TestDetectorRulesPromtool
-// does: on PATH, or where scripts/setup-prometheus (Debian's package) puts
-// it. It returns "" when there is none.
-func promtoolPath() string {
-	if p, err := exec.LookPath("promtool"); err == nil {
-		return p
-	}
-	if _, err := os.Stat("/usr/bin/promtool"); err == nil {
-		return "/usr/bin/promtool"
-	}
-	return ""
 }
 
 // promtoolInputs returns the plain rule files promtool should check for
@@ -130,7 +118,7 @@ var knownRefusals = map[string]string{}
 // rejects is refused, each problem naming its file, group, rule and line.
 func TestCorpusLoadsAsPromtool(t *testing.T) {
 	t.Parallel()
-	promtool := promtoolPath()
+	promtool := testutil.Promtool(t)
 	for _, path := range corpusFiles(t) {
 		name := filepath.Base(path)
 		t.Run(name, func(t *testing.T) {
@@ -138,12 +126,6 @@ func TestCorpusLoadsAsPromtool(t *testing.T) {
 			set, loadErr := rules.LoadFiles(path)
 			if loadErr == nil && len(set.Rules) == 0 {
 				t.Errorf("loaded no rules and no error")
-			}
-			if promtool == "" {
-				if loadErr != nil {
-					t.Errorf("refused without promtool to compare: %v", loadErr)
-				}
-				return
 			}
 			accepted, why := true, ""
 			for _, in := range promtoolInputs(t, path) {
@@ -182,9 +164,6 @@ func TestCorpusLoadsAsPromtool(t *testing.T) {
 // detects in testdata/corpus.golden (refresh with -update; VERDICTS.md
 // beside the corpus says by hand why each rule that never fires does not).
 func TestCorpusCoverage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the whole catalogue")
-	}
 	set, err := rules.LoadFiles(corpusFiles(t)...)
 	if err != nil {
 		t.Fatalf("load the corpus: %v", err)

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -244,9 +243,9 @@ func FuzzPage(f *testing.F) {
 		f.Add(s, 1.5)
 	}
 	f.Fuzz(func(t *testing.T, v string, x float64) {
-		if !utf8.ValidString(v) {
-			t.Skip("the text format carries UTF-8")
-		}
+		// The text format carries UTF-8: an invalid byte becomes U+FFFD,
+		// so every input is checked rather than skipped.
+		v = strings.ToValidUTF8(v, "\uFFFD")
 		var b Builder
 		b.Family("m", "h", Gauge)
 		b.AddKV(x, "a", v, "b", "x")

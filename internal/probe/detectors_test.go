@@ -2,7 +2,6 @@ package probe_test
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/series"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 	"github.com/gpuchaos/gpuchaos/internal/xid"
 )
 
@@ -407,14 +407,7 @@ func TestProbesHonourContext(t *testing.T) {
 // scripts/setup-prometheus installs promtool beside the server.
 func TestDetectorRulesPromtool(t *testing.T) {
 	t.Parallel()
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		if _, err := os.Stat("/usr/bin/promtool"); err != nil {
-			t.Skip("promtool not installed (scripts/setup-prometheus installs it)")
-		}
-		promtool = "/usr/bin/promtool"
-	}
-	out, err := exec.Command(promtool, "check", "rules", "detectors.yaml").CombinedOutput()
+	out, err := exec.Command(testutil.Promtool(t), "check", "rules", "detectors.yaml").CombinedOutput()
 	if err != nil {
 		t.Fatalf("promtool check rules detectors.yaml: %v\n%s", err, out)
 	}
