@@ -55,30 +55,17 @@ func (b *Builder) Add(labels []*dto.LabelPair, v float64) {
 	if b.cur == nil {
 		panic("exposition: Add before Family")
 	}
-	if len(b.metrics) == cap(b.metrics) {
-		b.metrics = make([]dto.Metric, 0, slab)
-		b.values = make([]float64, 0, slab)
-	}
-	b.metrics = b.metrics[:len(b.metrics)+1]
-	m := &b.metrics[len(b.metrics)-1]
-	b.values = append(b.values, v)
-	val := &b.values[len(b.values)-1]
+	m := next(&b.metrics)
+	val := next(&b.values)
+	*val = v
 	m.Label = labels
 	switch b.cur.GetType() {
 	case dto.MetricType_COUNTER:
-		if len(b.counts) == cap(b.counts) {
-			b.counts = make([]dto.Counter, 0, slab)
-		}
-		b.counts = b.counts[:len(b.counts)+1]
-		c := &b.counts[len(b.counts)-1]
+		c := next(&b.counts)
 		c.Value = val
 		m.Counter = c
 	case dto.MetricType_GAUGE:
-		if len(b.gauges) == cap(b.gauges) {
-			b.gauges = make([]dto.Gauge, 0, slab)
-		}
-		b.gauges = b.gauges[:len(b.gauges)+1]
-		g := &b.gauges[len(b.gauges)-1]
+		g := next(&b.gauges)
 		g.Value = val
 		m.Gauge = g
 	default:
@@ -138,4 +125,15 @@ func Labels(kv ...string) []*dto.LabelPair {
 		out[i] = &pairs[i]
 	}
 	return out
+}
+
+// next hands out the next element of a slab, starting a new slab of 64 when
+// it is full: elements are never moved, so pointers to them stay valid, and
+// a page costs one allocation per 64 samples of each kind.
+func next[T any](s *[]T) *T {
+	if len(*s) == cap(*s) {
+		*s = make([]T, 0, slab)
+	}
+	*s = (*s)[:len(*s)+1]
+	return &(*s)[len(*s)-1]
 }
