@@ -66,7 +66,8 @@ Exit status: 0 once the report is written, whatever it found; 2 on bad
 input. With --fail-on, 1 when the report has findings of a kind named (the
 report is written in full first): missed (a fault no detector noticed
 within the deadline, the JUnit report's failed cases), never-fires (a rule
-the analysis says can never fire) or noisy (a detector that fired on the
+the analysis says can never fire), opt-in-off (a rule that needs a metric
+switched on in an exporter the fleet runs) or noisy (a detector that fired on the
 fault-free twin).`,
 		Example: `  gpuchaos coverage --rules examples/rules/gpu-alerts.yaml
   gpuchaos coverage --rules pack:typical --faults hardware,numa
@@ -164,7 +165,7 @@ fault-free twin).`,
 	cmd.Flags().StringSliceVar(&expArgs, "exporter", nil, "exporters the fleet runs, NAME or dcgm-exporter=COUNTERS.csv (its counters file, taken as the exact list of what it exports); repeat or separate with commas (default: "+strings.Join(rules.DefaultExporters(), ", ")+"; known: "+strings.Join(exporterNames(), ", ")+")")
 	cmd.Flags().IntVar(&parallel, "parallel", 0, "twins run at once (default: one per CPU)")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write the report to this file instead of standard output")
-	cmd.Flags().StringSliceVar(&failOn, "fail-on", nil, "exit 1 when the report has these findings: missed, never-fires, noisy; repeat or separate with commas (default: exit 0 whatever it found)")
+	cmd.Flags().StringSliceVar(&failOn, "fail-on", nil, "exit 1 when the report has these findings: missed, never-fires, opt-in-off, noisy; repeat or separate with commas (default: exit 0 whatever it found)")
 	cmd.Flags().BoolVar(&showProg, "progress", false, "print progress lines on standard error even when it is not a terminal (default: only on a terminal)")
 	return cmd
 }
@@ -206,7 +207,7 @@ func writeCoverage(cmd *cobra.Command, res *coverage.Result, f format, output, t
 }
 
 // The findings --fail-on takes, in the order a failure lists them.
-var failOnKinds = []string{"missed", "never-fires", "noisy"}
+var failOnKinds = []string{"missed", "never-fires", "opt-in-off", "noisy"}
 
 // failGate is the set of findings --fail-on named.
 type failGate map[string]bool
@@ -237,6 +238,7 @@ func (g failGate) check(f report.Findings) error {
 	}
 	add("missed", f.Missed, "fault")
 	add("never-fires", f.NeverFires, "rule")
+	add("opt-in-off", f.OptInOff, "rule")
 	add("noisy", f.Noisy, "detector")
 	if len(parts) == 0 {
 		return nil

@@ -65,7 +65,7 @@ func TestCoverageExporterFlag(t *testing.T) {
 		extra []string
 		want  map[string]string
 	}{
-		{"defaults", nil, map[string]string{"SmiHot": "never_fires", "OldNamespaceHot": "never_fires", "PowerNearLimit": "never_fires", "PodGone": "ok", "AutopilotUnhealthy": "unknown", "SystemdFailed": "never_fires"}},
+		{"defaults", nil, map[string]string{"SmiHot": "never_fires", "OldNamespaceHot": "never_fires", "PowerNearLimit": "opt_in_off", "PodGone": "ok", "AutopilotUnhealthy": "unknown", "SystemdFailed": "opt_in_off"}},
 		{"nvidia_gpu_exporter and the old namespace", []string{"--exporter", "nvidia_gpu_exporter,dcgm-exporter-1.x"},
 			map[string]string{"SmiHot": "ok", "OldNamespaceHot": "ok", "PowerNearLimit": "never_fires", "PodGone": "never_fires", "AutopilotUnhealthy": "unknown"}},
 		{"another exporter's opt-in metric", []string{"--opt-in", "node_systemd_unit_state"}, map[string]string{"SystemdFailed": "ok"}},

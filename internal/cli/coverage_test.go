@@ -54,7 +54,7 @@ func TestCoverageBadRules(t *testing.T) {
 			"--opt-in: DCGM_FI_DEV_GPU_TEMP is exported by default (dcgm-exporter)"},
 		{"misspelt opt-in", []string{"--rules", "pack:seed", "--opt-in", "DCGM_FI_DEV_FB_TOTL"},
 			"--opt-in: DCGM_FI_DEV_FB_TOTL is not a dcgm-exporter opt-in counter gpuchaos knows; did you mean DCGM_FI_DEV_FB_TOTAL?"},
-		{"unknown finding", []string{"--rules", "pack:seed", "--fail-on", "missed,loud"}, `--fail-on: "loud" is not one of missed, never-fires or noisy`},
+		{"unknown finding", []string{"--rules", "pack:seed", "--fail-on", "missed,loud"}, `--fail-on: "loud" is not one of missed, never-fires, opt-in-off or noisy`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -162,7 +162,8 @@ spec:
 }
 
 // TestCoverageFailOn runs two faults that the rules catch one of, with a
-// rule that never fires and none that is noisy, under each --fail-on: the
+// rule that never fires, one that needs an opt-in counter and none that is
+// noisy, under each --fail-on: the
 // report is written in full either way, and the exit status and its one
 // line follow the findings named.
 func TestCoverageFailOn(t *testing.T) {
@@ -175,6 +176,8 @@ func TestCoverageFailOn(t *testing.T) {
     expr: DCGM_FI_DEV_XID_ERRORS > 0
   - alert: GpuEccDbe
     expr: DCGM_FI_DEV_ECC_DBE_VOL > 0
+  - alert: GpuDbeCount
+    expr: DCGM_FI_DEV_ECC_DBE_VOL_TOTAL > 0
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -192,6 +195,7 @@ func TestCoverageFailOn(t *testing.T) {
 		{"none: exit 0 whatever it found", nil, 0, ""},
 		{"missed", []string{"--fail-on", "missed"}, 1, "--fail-on: missed: 1 fault (numa.remote-memory)"},
 		{"never-fires", []string{"--fail-on", "never-fires"}, 1, "--fail-on: never-fires: 1 rule (GpuEccDbe)"},
+		{"opt-in-off", []string{"--fail-on", "opt-in-off"}, 1, "--fail-on: opt-in-off: 1 rule (GpuDbeCount)"},
 		{"noisy, and nothing is", []string{"--fail-on", "noisy"}, 0, ""},
 		{"noisy", []string{"--rules", noisyFile, "--fail-on", "noisy"}, 1, "--fail-on: noisy: 1 detector (GpuWarm)"},
 		{"repeated and comma-separated", []string{"--fail-on", "noisy,never-fires", "--fail-on", "missed"}, 1,

@@ -149,7 +149,7 @@ func TestGenRules(t *testing.T) {
 		seen[key] = true
 		status[a.Status]++
 	}
-	if status[rules.StatusNeverFires] < 100 || status[rules.StatusOK] < 500 {
+	if status[rules.StatusNeverFires]+status[rules.StatusOptInOff] < 100 || status[rules.StatusOK] < 500 {
 		t.Errorf("statuses %v: want both kinds in numbers", status)
 	}
 }

@@ -167,7 +167,7 @@ func prepare(set *rules.Set, opts rules.AnalyzeOptions) *ruleSet {
 	seen := map[string]int{}
 	for _, a := range rules.Analyze(set, opts) {
 		r := a.Rule
-		if a.Status != rules.StatusNeverFires {
+		if a.Status != rules.StatusNeverFires && a.Status != rules.StatusOptInOff {
 			rs.live.Rules = append(rs.live.Rules, r)
 		}
 		var metrics []string

@@ -150,6 +150,8 @@ type Findings struct {
 	Missed []string
 	// NeverFires are the rules the static analysis says can never fire.
 	NeverFires []string
+	// OptInOff are the rules that need a metric switched on first.
+	OptInOff []string
 	// Noisy are the detectors that fired on the fault-free twin: false
 	// positives.
 	Noisy []string
@@ -158,15 +160,18 @@ type Findings struct {
 // CoverageFindings collects a result's findings, each list in the report's
 // order.
 func CoverageFindings(res *coverage.Result) Findings {
-	f := Findings{NeverFires: []string{}, Missed: []string{}, Noisy: slices.Clone(res.Baseline.FalsePositives)}
+	f := Findings{NeverFires: []string{}, OptInOff: []string{}, Missed: []string{}, Noisy: slices.Clone(res.Baseline.FalsePositives)}
 	for _, fr := range res.Faults {
 		if !passed(fr) {
 			f.Missed = append(f.Missed, fr.ID)
 		}
 	}
 	for _, r := range res.Rules {
-		if r.Status == string(rules.StatusNeverFires) {
+		switch r.Status {
+		case string(rules.StatusNeverFires):
 			f.NeverFires = append(f.NeverFires, r.Name)
+		case string(rules.StatusOptInOff):
+			f.OptInOff = append(f.OptInOff, r.Name)
 		}
 	}
 	if f.Noisy == nil {
@@ -250,11 +255,13 @@ func CoverageTable(w io.Writer, res *coverage.Result) error {
 	}
 	fmt.Fprintf(w, "Goodput: %.3f fault-free; %.3f on average under a fault; %s GPU-hours lost to faults beyond the baseline.\n",
 		s.BaselineGoodput, s.Goodput, oneDecimal(s.LostGPUHours))
-	var never, unproduced, unknown []coverage.RuleReport
+	var never, unproduced, unknown, off []coverage.RuleReport
 	for _, r := range res.Rules {
 		switch {
 		case r.Status == string(rules.StatusUnknown):
 			unknown = append(unknown, r)
+		case r.Status == string(rules.StatusOptInOff):
+			off = append(off, r)
 		case r.Status != string(rules.StatusNeverFires):
 		case r.Kind == string(rules.KindRecord):
 			unproduced = append(unproduced, r)
@@ -265,6 +272,12 @@ func CoverageTable(w io.Writer, res *coverage.Result) error {
 	if len(never) > 0 {
 		fmt.Fprintf(w, "\nRules that can never fire (%d of %d):\n", len(never), len(res.Rules))
 		for _, r := range never {
+			fmt.Fprintf(w, "  %s (%s): %s\n", r.Name, r.Source, r.Reason)
+		}
+	}
+	if len(off) > 0 {
+		fmt.Fprintf(w, "\nRules that need a metric switched on in an exporter the fleet runs (%d of %d):\n", len(off), len(res.Rules))
+		for _, r := range off {
 			fmt.Fprintf(w, "  %s (%s): %s\n", r.Name, r.Source, r.Reason)
 		}
 	}

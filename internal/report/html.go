@@ -41,7 +41,7 @@ func CoverageHTML(w io.Writer, res *coverage.Result, title string) error {
 		}
 		rows = append(rows, r)
 	}
-	return coverageTmpl.Execute(w, map[string]any{"Title": title, "Doc": doc, "Rows": rows, "Detectors": res.Detectors, "Timelines": timelines(res), "Never": rulesWith(res, "never_fires"), "Unknown": rulesWith(res, "unknown")})
+	return coverageTmpl.Execute(w, map[string]any{"Title": title, "Doc": doc, "Rows": rows, "Detectors": res.Detectors, "Timelines": timelines(res), "Never": rulesWith(res, "never_fires"), "Unknown": rulesWith(res, "unknown"), "OptInOff": rulesWith(res, "opt_in_off")})
 }
 
 // timeline is one fault's detections drawn on its time axis.
@@ -122,10 +122,11 @@ table.sg td.x{text-align:left;white-space:normal;max-width:720px}.tl .f{font-fam
 Goodput {{printf "%.3f" .Doc.Summary.BaselineGoodput}} fault-free, {{printf "%.3f" .Doc.Summary.Goodput}} on average under a fault.
 {{if .Doc.Baseline.FalsePositives}}False positives on the fault-free twin: {{range .Doc.Baseline.FalsePositives}}{{.}} {{end}}{{end}}</div>
 <div class="legend"><span class="fast" style="background:#1a9850;color:#fff">≤ 1 min</span><span style="background:#91cf60">within deadline</span><span style="background:#fee08b">late</span><span style="background:#d73027;color:#fff">error</span><span>not detected</span><span style="background:#fde0dd;color:#a50f15">fault nothing noticed</span></div>
-<table><thead><tr><th>fault</th><th>target</th><th>goodput</th>{{range .Detectors}}<th class="d{{if eq .Status "never_fires"}} never{{end}}" title="{{.Rule}}{{if .Reason}} — {{.Reason}}{{end}}">{{.Name}}</th>{{end}}</tr></thead><tbody>
+<table><thead><tr><th>fault</th><th>target</th><th>goodput</th>{{range .Detectors}}<th class="d{{if or (eq .Status "never_fires") (eq .Status "opt_in_off")}} never{{end}}" title="{{.Rule}}{{if .Reason}} — {{.Reason}}{{end}}">{{.Name}}</th>{{end}}</tr></thead><tbody>
 {{range .Rows}}<tr><td class="f{{if .Missed}} missed{{end}}" title="{{.Family}}{{if .Missed}}: nothing noticed this fault{{end}}">{{.ID}}</td><td class="f">{{.Target}}</td><td>{{.Goodput}}</td>{{range .Cells}}<td class="{{.Class}}" title="{{.Title}}">{{.Text}}</td>{{end}}</tr>
 {{end}}</tbody></table>
 {{with .Never}}<h2>Rules that can never fire</h2><ul>{{range .}}<li><b>{{.Name}}</b> <span class="src">{{.Source}}</span>: {{.Reason}}</li>{{end}}</ul>{{end}}
+{{with .OptInOff}}<h2>Rules that need a metric switched on</h2><ul>{{range .}}<li><b>{{.Name}}</b> <span class="src">{{.Source}}</span>: {{.Reason}}</li>{{end}}</ul>{{end}}
 {{with .Unknown}}<h2>Rules over metrics no exporter gpuchaos knows lists</h2><ul>{{range .}}<li><b>{{.Name}}</b> <span class="src">{{.Source}}</span>: {{.Reason}}</li>{{end}}</ul>{{end}}
 {{with .Doc.Suggestions}}<h2>Suggestions for the faults no rule caught</h2>
 <p class="sum">From the recommended pack; each was re-run on the twin and stayed silent over a fault-free hour.</p>

@@ -26,6 +26,12 @@ const (
 	// that no exporter of the registry lists. gpuchaos cannot tell whether
 	// the fleet has it, so the rule is evaluated, and reads nothing there.
 	StatusUnknown Status = "unknown"
+	// StatusOptInOff: the rule could fire once the user switches on a
+	// metric a declared exporter leaves off (an opt-in counter, a DCGM
+	// field listed in dcgm-exporter's counters CSV, an opt-in collector);
+	// the reason names each and how. A rule that needs an exporter the
+	// fleet does not run stays never_fires.
+	StatusOptInOff Status = "opt_in_off"
 )
 
 // MetricUse is one metric a rule reads and where it would come from.
@@ -90,9 +96,11 @@ type AnalyzeOptions struct {
 func Analyze(set *Set, opts AnalyzeOptions) []Analysis {
 	strict := newAnalyzer(set, opts, true)
 	loose := newAnalyzer(set, opts, false)
+	switched := newAnalyzer(set, opts, false)
+	switched.allOn = true
 	out := make([]Analysis, len(set.Rules))
 	for i, r := range set.Rules {
-		out[i] = strict.analyze(r, loose)
+		out[i] = strict.analyze(r, loose, switched)
 	}
 	return out
 }
@@ -101,7 +109,10 @@ type analyzer struct {
 	cat *catalogue
 	// strict counts a metric no exporter lists as absent; otherwise as
 	// present (the other bound of what the fleet may have).
-	strict   bool
+	strict bool
+	// allOn counts every metric of a declared exporter as present, opt-in
+	// or not: what the fleet would have with everything switched on.
+	allOn    bool
 	declared map[string]bool
 	// counters is the dcgm-exporter counters CSV's fields, nil without one.
 	counters map[string]bool
@@ -218,6 +229,8 @@ func (a *analyzer) produced(m Metric) bool {
 	switch {
 	case !a.declared[m.Source]:
 		return false
+	case a.allOn:
+		return true
 	case m.Source == "dcgm-exporter" && a.counters != nil:
 		return a.counters[m.Name]
 	}
@@ -479,7 +492,7 @@ func sameThing(name, cand string) bool {
 	return true
 }
 
-func (a *analyzer) analyze(r *Rule, loose *analyzer) Analysis {
+func (a *analyzer) analyze(r *Rule, loose, switched *analyzer) Analysis {
 	an := Analysis{Rule: r, Status: StatusOK}
 	if r.Parsed == nil {
 		return an
@@ -494,6 +507,10 @@ func (a *analyzer) analyze(r *Rule, loose *analyzer) Analysis {
 	}
 	if empty {
 		an.Status = StatusNeverFires
+		if off, _ := switched.empty(r.Parsed); !off {
+			// Every missing part the rule needs can be switched on.
+			an.Status = StatusOptInOff
+		}
 		why := a.explainAll(unique(culprits), map[string]bool{})
 		an.Reason = fmt.Sprintf("%s reads %s", r.Name, why)
 		if r.Kind == KindRecord {

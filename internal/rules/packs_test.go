@@ -118,7 +118,7 @@ func TestTypicalPack(t *testing.T) {
 		optIn []string
 		want  Status
 	}{
-		{"defaults", nil, StatusNeverFires},
+		{"defaults", nil, StatusOptInOff},
 		{"dbe counter enabled", []string{"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"}, StatusOK},
 	} {
 		for _, a := range Analyze(set, AnalyzeOptions{OptIn: tt.optIn}) {
@@ -129,7 +129,7 @@ func TestTypicalPack(t *testing.T) {
 			if a.Status != want {
 				t.Errorf("%s: %s is %s, want %s (%s)", tt.name, a.Rule.Name, a.Status, want, a.Reason)
 			}
-			if a.Rule.Name == ecc && want == StatusNeverFires && !strings.Contains(a.Reason, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, an opt-in counter") {
+			if a.Rule.Name == ecc && want == StatusOptInOff && !strings.Contains(a.Reason, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL, an opt-in counter") {
 				t.Errorf("%s: reason %q does not name the opt-in counter", tt.name, a.Reason)
 			}
 		}
