@@ -55,7 +55,9 @@ type gpuMetric struct {
 
 // allGPUMetrics lists every per-GPU field the twin can export with its
 // value in dcgm-exporter's unit (MHz, °C, W, mJ, MiB, %, ratios 0–1 for
-// DCGM_FI_PROF_*, bytes/s for PCIe, µs for violation counters).
+// DCGM_FI_PROF_*, bytes/s for PCIe, ns for violation counters: DCGM's
+// dcgm_fields.h defines them in ns, and dcgm-exporter #589 (merged
+// 2025-11) corrected its "(in us)" help text to match what it exports).
 // DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL is exported as the current NVLink
 // throughput in MB/s, the way the field reads on a live GPU, so a link that
 // goes down shows as zero.
@@ -88,8 +90,8 @@ func allGPUMetrics() []gpuMetric {
 		{"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", func(g *gpu) float64 { return g.dbeVol }},
 		{"DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", func(g *gpu) float64 { return math.Floor(g.sbeAgg) }},
 		{"DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", func(g *gpu) float64 { return g.dbeAgg }},
-		{"DCGM_FI_DEV_POWER_VIOLATION", func(g *gpu) float64 { return math.Round(g.powerViolUs) }},
-		{"DCGM_FI_DEV_THERMAL_VIOLATION", func(g *gpu) float64 { return math.Round(g.thermalViolUs) }},
+		{"DCGM_FI_DEV_POWER_VIOLATION", func(g *gpu) float64 { return math.Round(g.powerViolNs) }},
+		{"DCGM_FI_DEV_THERMAL_VIOLATION", func(g *gpu) float64 { return math.Round(g.thermalViolNs) }},
 		{"DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL", func(g *gpu) float64 { return math.Floor(g.crcFlits) }},
 		{"DCGM_FI_DEV_CLOCKS_EVENT_REASONS", func(g *gpu) float64 { return float64(g.reasons) }},
 		// The field's name before DCGM 3.3; many deployed counters files
@@ -99,7 +101,7 @@ func allGPUMetrics() []gpuMetric {
 		// models no sync boost, board limit or reliability policy.
 		{"DCGM_FI_DEV_SYNC_BOOST_VIOLATION", func(*gpu) float64 { return 0 }},
 		{"DCGM_FI_DEV_BOARD_LIMIT_VIOLATION", func(*gpu) float64 { return 0 }},
-		{"DCGM_FI_DEV_LOW_UTIL_VIOLATION", func(g *gpu) float64 { return math.Round(g.lowUtilViolUs) }},
+		{"DCGM_FI_DEV_LOW_UTIL_VIOLATION", func(g *gpu) float64 { return math.Round(g.lowUtilViolNs) }},
 		{"DCGM_FI_DEV_RELIABILITY_VIOLATION", func(*gpu) float64 { return 0 }},
 		{"DCGM_EXP_CLOCK_EVENTS_COUNT", func(g *gpu) float64 { return float64(bits.OnesCount64(g.reasons &^ reasonGPUIdle)) }},
 		{"DCGM_EXP_XID_ERRORS_COUNT", func(g *gpu) float64 { return float64(g.recentXIDs()) }},

@@ -69,8 +69,8 @@ type gpu struct {
 	thermalActive                          bool // the thermal controller is limiting the clock
 	hwThermal                              bool // the thermal HW slowdown is engaged (latched until the GPU cools)
 	reasons                                uint64
-	powerViolUs, thermalViolUs             float64
-	lowUtilViolUs                          float64 // time held at the idle clock
+	powerViolNs, thermalViolNs             float64
+	lowUtilViolNs                          float64 // time held at the idle clock
 
 	// What the workload makes the GPU do; set when a step starts.
 	act        float64 // power activity 0..1
@@ -213,7 +213,7 @@ func (g *gpu) step(t *Twin, dt float64) {
 	if a <= 0 {
 		f = idleClockShare * m.MaxSMClockMHz
 		g.reasons |= reasonGPUIdle
-		g.lowUtilViolUs += dt * 1e6
+		g.lowUtilViolNs += dt * 1e9
 	} else {
 		if g.temp >= m.SlowdownCelsius {
 			g.thermalActive = true
@@ -237,7 +237,7 @@ func (g *gpu) step(t *Twin, dt float64) {
 			} else {
 				g.reasons |= reasonSWPowerCap
 			}
-			g.powerViolUs += dt * 1e6
+			g.powerViolNs += dt * 1e9
 		}
 		if g.thermalActive {
 			lim := g.thermalLimit()
@@ -258,7 +258,7 @@ func (g *gpu) step(t *Twin, dt float64) {
 			g.reasons |= reasonHWSlowdown | reasonHWThermal
 		}
 		if g.reasons&(reasonSWThermal|reasonHWThermal) != 0 {
-			g.thermalViolUs += dt * 1e6
+			g.thermalViolNs += dt * 1e9
 		}
 	}
 	if g.mods.offBus {
@@ -302,7 +302,7 @@ func (g *gpu) settle(t *Twin) {
 		g.memTemp = g.ambient() + hbmTempFactor*g.power*r
 	}
 	g.energyJ = 0
-	g.powerViolUs, g.thermalViolUs, g.lowUtilViolUs = 0, 0, 0
+	g.powerViolNs, g.thermalViolNs, g.lowUtilViolNs = 0, 0, 0
 }
 
 // fbUsedMiB is the framebuffer in use, as DCGM counts it (the driver's

@@ -72,9 +72,9 @@ func describe(metric string) family {
 	case "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL":
 		return family{exposition.Counter, "Double-bit ECC errors over the GPU's life."}
 	case "DCGM_FI_DEV_POWER_VIOLATION":
-		return family{exposition.Counter, "Time throttled by the power limit (in us)."}
+		return family{exposition.Counter, "Time throttled by the power limit (in ns)."}
 	case "DCGM_FI_DEV_THERMAL_VIOLATION":
-		return family{exposition.Counter, "Time throttled by temperature (in us)."}
+		return family{exposition.Counter, "Time throttled by temperature (in ns)."}
 	case "DCGM_FI_DEV_NVLINK_CRC_FLIT_ERROR_COUNT_TOTAL":
 		return family{exposition.Counter, "NVLink flow-control CRC errors."}
 	case "DCGM_FI_DEV_CLOCKS_EVENT_REASONS":
