@@ -77,6 +77,14 @@ func allGPUMetrics() []gpuMetric {
 			return math.Floor(g.model.MemoryMiB - reservedMiB - g.fbUsedMiB())
 		}},
 		{"DCGM_FI_DEV_FB_USED", func(g *gpu) float64 { return math.Ceil(g.fbUsedMiB()) }},
+		// What the driver holds back: used, free and reserved add up to
+		// the board's memory, as NVML's memory info v2 reports them.
+		{"DCGM_FI_DEV_FB_RESERVED", func(*gpu) float64 { return reservedMiB }},
+		// A training job uses neither the video encoders nor decoders.
+		{"DCGM_FI_DEV_ENC_UTIL", func(*gpu) float64 { return 0 }},
+		{"DCGM_FI_DEV_DEC_UTIL", func(*gpu) float64 { return 0 }},
+		// The twin's GPUs are bare metal, not vGPUs: no licence to hold.
+		{"DCGM_FI_DEV_VGPU_LICENSE_STATUS", func(*gpu) float64 { return 0 }},
 		{"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", func(g *gpu) float64 { return math.Round(g.nvlinkMBps) }},
 		{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", func(g *gpu) float64 { return g.corrRemap }},
 		{"DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", func(g *gpu) float64 { return g.uncorrRemap }},
