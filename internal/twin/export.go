@@ -219,6 +219,7 @@ func (s *seriesStore) init(t *Twin) {
 			g.series[i] = s.add(m.name, ls)
 		}
 	}
+	s.initDialects(t)
 	for _, n := range t.nodes {
 		n.series = nodeSeries{
 			unschedulable: s.add("kube_node_spec_unschedulable", labels("node", n.name)),
@@ -300,12 +301,14 @@ func (t *Twin) doScrape() {
 			for i := range t.store.gpuMetrics {
 				g.series[i].MarkStale(ts)
 			}
+			g.staleDialects(ts)
 			continue
 		}
 		g.noise.draw(t.noiseRNG)
 		for i, m := range t.store.gpuMetrics {
 			g.series[i].Append(ts, m.value(g))
 		}
+		g.scrapeDialects(ts)
 	}
 	for _, n := range t.nodes {
 		n.series.unschedulable.Append(ts, b2f(n.mods.cordoned))

@@ -96,6 +96,7 @@ type gpu struct {
 	mods                   gpuMods
 	noise                  telemetryNoise   // this scrape's reading noise
 	series                 []*series.Series // per enabled GPU metric, in gpuMetrics order
+	dialect                []dialectSeries  // the declared dialects' series
 }
 
 // gpuMods is what the active effects do to a GPU, recomputed from scratch
