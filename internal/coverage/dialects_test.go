@@ -32,6 +32,10 @@ func TestExporterDialects(t *testing.T) {
 			[]string{"dcgm-exporter-1.x"}, string(rules.StatusOK), []string{"hardware.thermal-throttle"}, ""},
 		{"dcgm 1.x beside dcgm-exporter", "zhaodong-arista-dcgm-fake-gpu-exporter-gpu_alerts.yaml", "GPUHighTemperature",
 			[]string{"dcgm-exporter", "dcgm-exporter-1.x"}, string(rules.StatusOK), []string{"hardware.thermal-throttle"}, ""},
+		{"nvidia-smi declared", "utkuozdemir-nvidia_gpu_exporter-prometheusrule.yaml", "NvidiaGpuTemperatureHigh",
+			[]string{"nvidia_gpu_exporter"}, string(rules.StatusOK), []string{"hardware.thermal-throttle"}, ""},
+		{"nvidia-smi not declared", "utkuozdemir-nvidia_gpu_exporter-prometheusrule.yaml", "NvidiaGpuTemperatureHigh",
+			nil, string(rules.StatusNeverFires), nil, "nvidia_gpu_exporter"},
 		{"dcgm 1.x not declared", "zhaodong-arista-dcgm-fake-gpu-exporter-gpu_alerts.yaml", "GPUHighTemperature",
 			nil, string(rules.StatusNeverFires), nil, "dcgm-exporter-1.x"},
 	}

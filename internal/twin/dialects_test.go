@@ -49,6 +49,12 @@ func TestDialectsMatchRegistry(t *testing.T) {
 				}
 				exported[m.name] = true
 			}
+			for _, m := range d.node {
+				if exported[m.name] {
+					t.Errorf("%s exported twice", m.name)
+				}
+				exported[m.name] = true
+			}
 			registry := map[string]bool{}
 			for _, m := range rules.Known() {
 				if m.Source != name {
@@ -99,24 +105,35 @@ func TestDialectReadsSameState(t *testing.T) {
 	thermal := signature(t, "hardware.thermal-throttle")
 	tests := []struct {
 		name, exporter, metric, field string
-		// scale converts the DCGM field's unit to the dialect's.
-		scale float64
+		// scale converts the DCGM field's unit to the dialect's; tol is
+		// the rounding the dialect adds.
+		scale, tol float64
+		// still: the fault does not move it.
+		still bool
 		// wantLabels must be on the dialect's series; unwanted must not.
 		wantLabels map[string]string
 		unwanted   []string
 	}{
-		{"dcgm 1.x temperature", ExporterDCGM1x, "dcgm_gpu_temp", "DCGM_FI_DEV_GPU_TEMP", 1,
-			map[string]string{"gpu": "0", "device": "nvidia0", "modelName": "NVIDIA H200", "Hostname": "gpu-node-0"}, []string{"UUID"}},
-		{"dcgm 1.x SM clock", ExporterDCGM1x, "dcgm_sm_clock", "DCGM_FI_DEV_SM_CLOCK", 1, nil, nil},
-		{"dcgm 1.x power", ExporterDCGM1x, "dcgm_power_usage", "DCGM_FI_DEV_POWER_USAGE", 1, nil, nil},
-		{"dcgm 1.x last XID", ExporterDCGM1x, "dcgm_xid_errors", "DCGM_FI_DEV_XID_ERRORS", 1, nil, nil},
-		{"dcgm 1.x tensor", ExporterDCGM1x, "dcgm_fi_prof_pipe_tensor_active", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", 1, nil, nil},
+		{name: "dcgm 1.x temperature", exporter: ExporterDCGM1x, metric: "dcgm_gpu_temp", field: "DCGM_FI_DEV_GPU_TEMP", scale: 1,
+			wantLabels: map[string]string{"gpu": "0", "device": "nvidia0", "modelName": "NVIDIA H200", "Hostname": "gpu-node-0"}, unwanted: []string{"UUID"}},
+		{name: "dcgm 1.x SM clock", exporter: ExporterDCGM1x, metric: "dcgm_sm_clock", field: "DCGM_FI_DEV_SM_CLOCK", scale: 1},
+		{name: "dcgm 1.x power", exporter: ExporterDCGM1x, metric: "dcgm_power_usage", field: "DCGM_FI_DEV_POWER_USAGE", scale: 1},
+		{name: "dcgm 1.x last XID", exporter: ExporterDCGM1x, metric: "dcgm_xid_errors", field: "DCGM_FI_DEV_XID_ERRORS", scale: 1, still: true},
+		{name: "dcgm 1.x tensor", exporter: ExporterDCGM1x, metric: "dcgm_fi_prof_pipe_tensor_active", field: "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", scale: 1},
+		{name: "nvidia-smi temperature", exporter: ExporterNVIDIAGPU, metric: "nvidia_smi_temperature_gpu", field: "DCGM_FI_DEV_GPU_TEMP", scale: 1,
+			wantLabels: map[string]string{"instance": "gpu-node-0:9835"}, unwanted: []string{"gpu", "Hostname", "UUID"}},
+		{name: "nvidia-smi SM clock in Hz", exporter: ExporterNVIDIAGPU, metric: "nvidia_smi_clocks_current_sm_clock_hz", field: "DCGM_FI_DEV_SM_CLOCK", scale: 1e6},
+		{name: "nvidia-smi power to 10 mW", exporter: ExporterNVIDIAGPU, metric: "nvidia_smi_power_draw_watts", field: "DCGM_FI_DEV_POWER_USAGE", scale: 1, tol: 0.005},
+		{name: "nvidia-smi utilization ratio", exporter: ExporterNVIDIAGPU, metric: "nvidia_smi_utilization_gpu_ratio", field: "DCGM_FI_DEV_GPU_UTIL", scale: 0.01, still: true},
+		{name: "nvidia-smi memory used in bytes", exporter: ExporterNVIDIAGPU, metric: "nvidia_smi_memory_used_bytes", field: "DCGM_FI_DEV_FB_USED", scale: 1 << 20, still: true},
+		{name: "nvidia-smi clock event reasons", exporter: ExporterNVIDIAGPU, metric: "nvidia_smi_clocks_event_reasons_active", field: "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", scale: 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			spec := oneNode()
 			spec.Exporter.Exporters = []string{ExporterDCGM, tc.exporter}
+			spec.Exporter.OptIn = OptInCounters()
 			tw := newTwin(t, Options{Spec: spec})
 			sleep(t, tw, 2*time.Minute)
 			apply(t, tw, "heat", gpuRef(tw, "gpu-node-0", 0), thermal...)
@@ -125,7 +142,16 @@ func TestDialectReadsSameState(t *testing.T) {
 			apply(t, tw, "bus", gpuRef(tw, "gpu-node-0", 0), catalog.Effect{Kind: catalog.EffectOffBus})
 			sleep(t, tw, 2*time.Minute)
 
-			got, want := gpuSeries(tw, tc.metric, "gpu-node-0", 0), gpuSeries(tw, tc.field, "gpu-node-0", 0)
+			want := gpuSeries(tw, tc.field, "gpu-node-0", 0)
+			var got *series.Series
+			for _, s := range tw.Select(tc.metric) {
+				// Each dialect labels the GPU its own way; the UUID is
+				// the one every exporter shows.
+				u := want.Labels.Get("UUID")
+				if l := s.Labels.Get("uuid"); l == u || l == strings.TrimPrefix(strings.ToLower(u), "gpu-") {
+					got = s
+				}
+			}
 			if got == nil || want == nil {
 				t.Fatalf("%s: %v, %s: %v", tc.metric, got, tc.field, want)
 			}
@@ -139,12 +165,12 @@ func TestDialectReadsSameState(t *testing.T) {
 			for i, s := range got.Samples {
 				w := want.Samples[i]
 				if s.T != w.T || series.IsStale(s.V) != series.IsStale(w.V) ||
-					!series.IsStale(s.V) && math.Abs(s.V-tc.scale*w.V) > 1e-9*math.Abs(s.V) {
+					!series.IsStale(s.V) && math.Abs(s.V-tc.scale*w.V) > tc.tol+1e-9*math.Abs(s.V) {
 					t.Fatalf("sample %d: %v, %s reads %v (scale %g)", i, s, tc.field, w, tc.scale)
 				}
 				moved = moved || s.V != got.Samples[0].V
 			}
-			if !moved && tc.field != "DCGM_FI_DEV_XID_ERRORS" {
+			if !moved && !tc.still {
 				t.Errorf("%s never moved under the fault", tc.metric)
 			}
 			if !series.IsStale(got.Samples[len(got.Samples)-1].V) {
@@ -178,7 +204,7 @@ func TestDialectsOnlyWhenDeclared(t *testing.T) {
 		spec := oneNode()
 		spec.Exporter.Exporters = []string{name, name}
 		tw := newTwin(t, Options{Spec: spec})
-		if got, want := len(tw.Series())-len(base.Series()), len(d.gpu)*8; got != want {
+		if got, want := len(tw.Series())-len(base.Series()), len(d.gpu)*8+len(d.node); got != want {
 			t.Errorf("%s declared twice adds %d series, want %d", name, got, want)
 		}
 	}

@@ -19,6 +19,8 @@ type seriesStore struct {
 	byMetric map[string][]*series.Series
 	// gpuMetrics are the enabled per-GPU metrics, in export order.
 	gpuMetrics []gpuMetric
+	// nodeDialect are the declared exporters' series about themselves.
+	nodeDialect []nodeDialectSeries
 }
 
 type nodeSeries struct {
@@ -310,6 +312,7 @@ func (t *Twin) doScrape() {
 		}
 		g.scrapeDialects(ts)
 	}
+	t.store.scrapeNodeDialects(ts)
 	for _, n := range t.nodes {
 		n.series.unschedulable.Append(ts, b2f(n.mods.cordoned))
 		alloc := 0.0
