@@ -55,8 +55,10 @@ type dialect struct {
 	labels func(g *gpu) series.Labels
 	// gpu are the per-GPU series, each in the exporter's own unit.
 	gpu []dialectMetric
-	// node are the exporter's own series, one per node it runs on.
-	node []nodeMetric
+	// node are the exporter's own series, one per node it runs on;
+	// cluster are series of which a cluster has one.
+	node    []nodeMetric
+	cluster []clusterMetric
 	// notModelled maps each metric of the exporter's registry rows
 	// (rules/metrics/*.csv) that the twin does not export to why not.
 	notModelled map[string]string
@@ -70,12 +72,19 @@ type dialectMetric struct {
 	labels func(g *gpu) series.Labels
 }
 
+// clusterMetric is one series a cluster-wide component exports, read at
+// the scrape's time in Unix milliseconds.
+type clusterMetric struct {
+	name  string
+	value func(t *Twin, ts int64) float64
+}
+
 // nodeMetric is one series an exporter exports about itself on a node;
 // value reads it at the scrape's time in Unix milliseconds.
 type nodeMetric struct {
 	name   string
 	labels func(n *node) series.Labels
-	value  func(n *node, ts int64) float64
+	value  func(t *Twin, n *node, ts int64) float64
 }
 
 // dialects returns the dialect of every exporter that has one, by name.
@@ -85,8 +94,10 @@ func dialects() map[string]*dialect {
 		dcgm[m.name] = m
 	}
 	return map[string]*dialect{
-		ExporterDCGM1x:    dcgm1x(dcgm),
-		ExporterNVIDIAGPU: nvidiaSMI(dcgm),
+		ExporterDCGM1x:        dcgm1x(dcgm),
+		ExporterNVIDIAGPU:     nvidiaSMI(dcgm),
+		ExporterNVIDIAGPUProm: mindprince(),
+		ExporterGPUOperator:   gpuOperator(),
 	}
 }
 
@@ -146,11 +157,13 @@ type dialectSeries struct {
 	s     *series.Series
 }
 
-// nodeDialectSeries is one exported dialect series of a node.
+// nodeDialectSeries is one exported dialect series of a node, or of the
+// cluster when n is nil.
 type nodeDialectSeries struct {
-	n     *node
-	value func(n *node, ts int64) float64
-	s     *series.Series
+	n       *node
+	value   func(t *Twin, n *node, ts int64) float64
+	cluster func(t *Twin, ts int64) float64
+	s       *series.Series
 }
 
 // initDialects creates the series of every declared dialect.
@@ -164,6 +177,9 @@ func (s *seriesStore) initDialects(t *Twin) {
 		}
 		seen[name] = true
 		for _, g := range t.gpus {
+			if len(d.gpu) == 0 {
+				break
+			}
 			ls := d.labels(g)
 			for _, m := range d.gpu {
 				l := ls
@@ -178,13 +194,21 @@ func (s *seriesStore) initDialects(t *Twin) {
 				s.nodeDialect = append(s.nodeDialect, nodeDialectSeries{n: n, value: m.value, s: s.add(m.name, m.labels(n))})
 			}
 		}
+		for _, m := range d.cluster {
+			s.nodeDialect = append(s.nodeDialect, nodeDialectSeries{cluster: m.value, s: s.add(m.name, nil)})
+		}
 	}
 }
 
-// scrapeNodeDialects samples the declared exporters' own series.
-func (s *seriesStore) scrapeNodeDialects(ts int64) {
-	for _, d := range s.nodeDialect {
-		d.s.Append(ts, d.value(d.n, ts))
+// scrapeNodeDialects samples the declared exporters' node and cluster
+// series.
+func (t *Twin) scrapeNodeDialects(ts int64) {
+	for _, d := range t.store.nodeDialect {
+		if d.n == nil {
+			d.s.Append(ts, d.cluster(t, ts))
+			continue
+		}
+		d.s.Append(ts, d.value(t, d.n, ts))
 	}
 }
 
@@ -368,14 +392,14 @@ func nvidiaSMI(dcgm map[string]gpuMetric) *dialect {
 		// nvidia-smi's table while the collection succeeds (the upstream
 		// NvidiaGpuMissing rule's description), so these stay healthy.
 		node: []nodeMetric{
-			{p + "command_exit_code", nodeLabels(instance), func(*node, int64) float64 { return 0 }},
-			{p + "last_collect_success", nodeLabels(instance), func(*node, int64) float64 { return 1 }},
-			{p + "compute_apps_last_collect_success", nodeLabels(instance), func(*node, int64) float64 { return 1 }},
-			{p + "failed_scrapes_total", nodeLabels(instance), func(*node, int64) float64 { return 0 }},
-			{p + "last_collect_success_timestamp_seconds", nodeLabels(instance), func(_ *node, ts int64) float64 { return float64(ts) / 1000 }},
+			{p + "command_exit_code", nodeLabels(instance), func(*Twin, *node, int64) float64 { return 0 }},
+			{p + "last_collect_success", nodeLabels(instance), func(*Twin, *node, int64) float64 { return 1 }},
+			{p + "compute_apps_last_collect_success", nodeLabels(instance), func(*Twin, *node, int64) float64 { return 1 }},
+			{p + "failed_scrapes_total", nodeLabels(instance), func(*Twin, *node, int64) float64 { return 0 }},
+			{p + "last_collect_success_timestamp_seconds", nodeLabels(instance), func(_ *Twin, _ *node, ts int64) float64 { return float64(ts) / 1000 }},
 			// A modelling choice: one nvidia-smi query of eight GPUs
 			// takes a few hundred milliseconds.
-			{p + "last_collect_duration_seconds", nodeLabels(instance), func(*node, int64) float64 { return 0.3 }},
+			{p + "last_collect_duration_seconds", nodeLabels(instance), func(*Twin, *node, int64) float64 { return 0.3 }},
 		},
 		notModelled: nvidiaSMINotModelled(),
 	}
@@ -438,5 +462,109 @@ func nvidiaSMINotModelled() map[string]string {
 		"nvml_return_code")
 	add("SXM boards have no fan: nvidia-smi prints [N/A] and the exporter drops the field", "fan_speed_ratio")
 	add("a number the exporter parses out of the product name; the name is a label of nvidia_smi_gpu_info", "name")
+	return out
+}
+
+// mindprince is github.com/mindprince/nvidia_gpu_prometheus_exporter
+// (main.go at commit 0d52cd2): NVML read once a scrape, each GPU labelled
+// minor_number, uuid (NVML's, with its GPU- prefix) and name, power in mW
+// and memory in bytes from nvmlDeviceGetMemoryInfo, whose used figure
+// includes the driver's reservation.
+func mindprince() *dialect {
+	const port = "9445" // its default --web.listen-address
+	instance := func(n *node) string { return n.name + ":" + port }
+	return &dialect{
+		name: ExporterNVIDIAGPUProm,
+		labels: func(g *gpu) series.Labels {
+			return labels("minor_number", strconv.Itoa(g.index), "uuid", g.uuid, "name", g.model.ModelName, "instance", instance(g.node))
+		},
+		gpu: []dialectMetric{
+			{name: "nvidia_gpu_temperature_celsius", value: func(g *gpu) float64 { return readTemp(g.temp, g.noise.temp) }},
+			{name: "nvidia_gpu_duty_cycle", value: (*gpu).readUtil},
+			{name: "nvidia_gpu_power_usage_milliwatts", value: func(g *gpu) float64 { return math.Round(g.readPower() * 1000) }},
+			{name: "nvidia_gpu_memory_total_bytes", value: func(g *gpu) float64 { return g.model.MemoryMiB * mib }},
+			{name: "nvidia_gpu_memory_used_bytes", value: func(g *gpu) float64 { return math.Ceil(g.fbUsedMiB()+reservedMiB) * mib }},
+		},
+		node: []nodeMetric{
+			// nvmlDeviceGetCount still counts a GPU that fell off the
+			// bus; the exporter then fails to read it and drops its
+			// series, which go stale.
+			{"nvidia_gpu_num_devices", nodeLabels(instance), func(t *Twin, n *node, _ int64) float64 { return float64(len(n.gpus)) }},
+		},
+		notModelled: map[string]string{
+			"nvidia_gpu_fanspeed_percent": "SXM boards have no fan: NVML answers not supported and the exporter logs it and exports nothing",
+		},
+	}
+}
+
+// gpuOperator is the NVIDIA GPU Operator's series (github.com/NVIDIA/
+// gpu-operator at a22dbf671f2e): the operator's own
+// (controllers/operator_metrics.go), one per cluster, and the node-status
+// exporter that nvidia-validator runs on every GPU node
+// (cmd/nvidia-validator/metrics.go), labelled node. On a healthy node the
+// barriers are open and validation passes; the twin has no fault that
+// closes them. The device-plugin count is the node's nvidia.com/gpu
+// capacity (countGPUResources in cmd/nvidia-validator/main.go): the
+// kubelet keeps unhealthy devices in capacity and drops the resource when
+// the plugin goes away, which the twin does at once where the kubelet
+// waits out a grace period.
+func gpuOperator() *dialect {
+	nodeL := func(n *node) series.Labels { return labels("node", n.name) }
+	one := func(*Twin, *node, int64) float64 { return 1 }
+	devices := func(n *node) float64 {
+		if n.mods.pluginKilled {
+			return 0
+		}
+		return float64(len(n.gpus))
+	}
+	// The validator refreshes the success stamps every 30 s (plugin) and
+	// 60 s (driver); a stamp holds while its check fails. Kept per twin:
+	// dialects() is called once for each.
+	pluginOK := map[*node]float64{}
+	return &dialect{
+		name: ExporterGPUOperator,
+		node: []nodeMetric{
+			{"gpu_operator_node_metrics_ready_ts_seconds", nodeL, func(t *Twin, n *node, _ int64) float64 { return float64(t.start.Unix()) }},
+			{"gpu_operator_node_driver_ready", nodeL, one},
+			{"gpu_operator_node_toolkit_ready", nodeL, one},
+			{"gpu_operator_node_plugin_ready", nodeL, one},
+			{"gpu_operator_node_cuda_ready", nodeL, one},
+			{"gpu_operator_node_driver_validation", nodeL, one},
+			{"gpu_operator_node_driver_validation_last_success_ts_seconds", nodeL, func(_ *Twin, _ *node, ts int64) float64 {
+				return float64(ts / 60000 * 60)
+			}},
+			{"gpu_operator_node_device_plugin_devices_total", nodeL, func(t *Twin, n *node, _ int64) float64 { return devices(n) }},
+			{"gpu_operator_node_device_plugin_validation_last_success_ts_seconds", nodeL, func(_ *Twin, n *node, ts int64) float64 {
+				if devices(n) != 0 {
+					pluginOK[n] = float64(ts / 30000 * 30)
+				}
+				return pluginOK[n]
+			}},
+		},
+		cluster: []clusterMetric{
+			{"gpu_operator_gpu_nodes_total", func(t *Twin, _ int64) float64 { return float64(len(t.nodes)) }},
+			{"gpu_operator_reconciliation_status", func(*Twin, int64) float64 { return 1 }},
+			{"gpu_operator_reconciliation_has_nfd_labels", func(*Twin, int64) float64 { return 1 }},
+			{"gpu_operator_driver_auto_upgrade_enabled", func(*Twin, int64) float64 { return 0 }},
+		},
+		notModelled: gpuOperatorNotModelled(),
+	}
+}
+
+func gpuOperatorNotModelled() map[string]string {
+	out := map[string]string{}
+	add := func(why string, names ...string) {
+		for _, n := range names {
+			out["gpu_operator_"+n] = why
+		}
+	}
+	add("OpenShift's driver toolkit; the twin is a plain Kubernetes cluster",
+		"openshift_driver_toolkit_enabled", "openshift_driver_toolkit_nfd_too_old", "openshift_driver_toolkit_imagestream_missing",
+		"openshift_driver_toolkit_rhcos_tags_missing", "openshift_driver_toolkit_imagestream_broken")
+	add("the twin runs no operator reconcile loop, so no count or time of reconciliations",
+		"reconciliation_total", "reconciliation_failed_total", "reconciliation_last_success_ts_seconds")
+	add("the twin models no driver upgrades",
+		"nodes_upgrades_in_progress", "nodes_upgrades_done", "nodes_upgrades_failed", "nodes_upgrades_available", "nodes_upgrades_pending")
+	add("lspci also lists the NVSwitches and bridges, which the presets do not count", "nvidia_pci_devices_total")
 	return out
 }

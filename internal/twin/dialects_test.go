@@ -55,6 +55,12 @@ func TestDialectsMatchRegistry(t *testing.T) {
 				}
 				exported[m.name] = true
 			}
+			for _, m := range d.cluster {
+				if exported[m.name] {
+					t.Errorf("%s exported twice", m.name)
+				}
+				exported[m.name] = true
+			}
 			registry := map[string]bool{}
 			for _, m := range rules.Known() {
 				if m.Source != name {
@@ -126,6 +132,10 @@ func TestDialectReadsSameState(t *testing.T) {
 		{name: "nvidia-smi power to 10 mW", exporter: ExporterNVIDIAGPU, metric: "nvidia_smi_power_draw_watts", field: "DCGM_FI_DEV_POWER_USAGE", scale: 1, tol: 0.005},
 		{name: "nvidia-smi utilization ratio", exporter: ExporterNVIDIAGPU, metric: "nvidia_smi_utilization_gpu_ratio", field: "DCGM_FI_DEV_GPU_UTIL", scale: 0.01, still: true},
 		{name: "nvidia-smi memory used in bytes", exporter: ExporterNVIDIAGPU, metric: "nvidia_smi_memory_used_bytes", field: "DCGM_FI_DEV_FB_USED", scale: 1 << 20, still: true},
+		{name: "mindprince temperature", exporter: ExporterNVIDIAGPUProm, metric: "nvidia_gpu_temperature_celsius", field: "DCGM_FI_DEV_GPU_TEMP", scale: 1,
+			wantLabels: map[string]string{"minor_number": "0", "name": "NVIDIA H200", "instance": "gpu-node-0:9445"}, unwanted: []string{"gpu", "UUID"}},
+		{name: "mindprince power in mW", exporter: ExporterNVIDIAGPUProm, metric: "nvidia_gpu_power_usage_milliwatts", field: "DCGM_FI_DEV_POWER_USAGE", scale: 1000, tol: 0.5},
+		{name: "mindprince duty cycle", exporter: ExporterNVIDIAGPUProm, metric: "nvidia_gpu_duty_cycle", field: "DCGM_FI_DEV_GPU_UTIL", scale: 1, still: true},
 		{name: "nvidia-smi clock event reasons", exporter: ExporterNVIDIAGPU, metric: "nvidia_smi_clocks_event_reasons_active", field: "DCGM_FI_DEV_CLOCKS_EVENT_REASONS", scale: 1},
 	}
 	for _, tc := range tests {
@@ -204,8 +214,71 @@ func TestDialectsOnlyWhenDeclared(t *testing.T) {
 		spec := oneNode()
 		spec.Exporter.Exporters = []string{name, name}
 		tw := newTwin(t, Options{Spec: spec})
-		if got, want := len(tw.Series())-len(base.Series()), len(d.gpu)*8+len(d.node); got != want {
+		if got, want := len(tw.Series())-len(base.Series()), len(d.gpu)*8+len(d.node)+len(d.cluster); got != want {
 			t.Errorf("%s declared twice adds %d series, want %d", name, got, want)
 		}
+	}
+}
+
+// TestExporterOwnSeries checks the series exporters export about their
+// node or the cluster, before and while a fault plays on gpu-node-0.
+func TestExporterOwnSeries(t *testing.T) {
+	t.Parallel()
+	pluginKill := catalog.Effect{Kind: catalog.EffectNode, Mode: "device-plugin-kill"}
+	offBus := catalog.Effect{Kind: catalog.EffectOffBus}
+	tests := []struct {
+		name, exporter, metric string
+		// node picks the series by its label node or instance; "" is
+		// the cluster's one series.
+		node         string
+		effect       catalog.Effect
+		before, want float64
+	}{
+		{"operator counts GPU nodes", ExporterGPUOperator, "gpu_operator_gpu_nodes_total", "", pluginKill, 2, 2},
+		{"devices gone with the plugin", ExporterGPUOperator, "gpu_operator_node_device_plugin_devices_total", "gpu-node-0", pluginKill, 8, 0},
+		{"other node keeps its devices", ExporterGPUOperator, "gpu_operator_node_device_plugin_devices_total", "gpu-node-1", pluginKill, 8, 8},
+		{"plugin validation stamp holds", ExporterGPUOperator, "gpu_operator_node_device_plugin_validation_last_success_ts_seconds", "gpu-node-0", pluginKill,
+			float64(defaultStart().Unix() + 120), float64(defaultStart().Unix() + 120)},
+		{"off-bus GPU stays unhealthy in capacity", ExporterGPUOperator, "gpu_operator_node_device_plugin_devices_total", "gpu-node-0", offBus, 8, 8},
+		{"nvidia-smi collection stays healthy", ExporterNVIDIAGPU, "nvidia_smi_last_collect_success", "gpu-node-0:9835", offBus, 1, 1},
+		{"nvidia-smi lists one GPU fewer", ExporterNVIDIAGPU, "nvidia_smi_count", "gpu-node-0:9835", offBus, 8, 7},
+		{"NVML still counts the lost GPU", ExporterNVIDIAGPUProm, "nvidia_gpu_num_devices", "gpu-node-0:9445", offBus, 8, 8},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			spec := Default()
+			spec.Exporter.Exporters = []string{tc.exporter}
+			tw := newTwin(t, Options{Spec: spec})
+			pick := func() *series.Series {
+				var out *series.Series
+				for _, s := range tw.Select(tc.metric) {
+					if tc.node == "" || s.Labels.Get("node") == tc.node || s.Labels.Get("instance") == tc.node {
+						// nvidia_smi_count is per GPU: take GPU 1's, which
+						// stays on the bus.
+						if u := s.Labels.Get("uuid"); u == "" || u == nvidiaSMIUUID(tw.byNode["gpu-node-0"].gpus[1]) {
+							out = s
+						}
+					}
+				}
+				if out == nil {
+					t.Fatalf("no %s series for %q", tc.metric, tc.node)
+				}
+				return out
+			}
+			sleep(t, tw, 2*time.Minute)
+			if got := last(pick()); got != tc.before {
+				t.Errorf("before the fault %s = %g, want %g", tc.metric, got, tc.before)
+			}
+			ref := nodeRef("gpu-node-0")
+			if tc.effect.Kind == catalog.EffectOffBus {
+				ref = gpuRef(tw, "gpu-node-0", 0)
+			}
+			apply(t, tw, "fault", ref, tc.effect)
+			sleep(t, tw, 5*time.Minute)
+			if got := last(pick()); got != tc.want {
+				t.Errorf("under the fault %s = %g, want %g", tc.metric, got, tc.want)
+			}
+		})
 	}
 }

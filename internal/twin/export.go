@@ -312,7 +312,7 @@ func (t *Twin) doScrape() {
 		}
 		g.scrapeDialects(ts)
 	}
-	t.store.scrapeNodeDialects(ts)
+	t.scrapeNodeDialects(ts)
 	for _, n := range t.nodes {
 		n.series.unschedulable.Append(ts, b2f(n.mods.cordoned))
 		alloc := 0.0
