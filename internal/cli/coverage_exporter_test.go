@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -80,9 +81,11 @@ func TestCoverageExporterFlag(t *testing.T) {
 					t.Errorf("%s: status %q, want %q", rule, got[rule], want)
 				}
 				// A rule the fleet can fire on but whose series the twin
-				// does not export says so.
-				if want == "ok" && rule != "PodGone" && !strings.Contains(reason[rule], "the twin does not export") {
-					t.Errorf("%s: ok, but the reason %q does not say the twin reads nothing for it", rule, reason[rule])
+				// does not export says so; the GPU exporters' dialects
+				// the twin exports once declared.
+				exported := rule == "SmiHot" || rule == "OldNamespaceHot"
+				if off := strings.Contains(reason[rule], "the twin does not export"); want == "ok" && rule != "PodGone" && off == exported {
+					t.Errorf("%s: ok, and the reason %q says the twin reads nothing for it: %v", rule, reason[rule], off)
 				}
 			}
 		})
@@ -128,5 +131,55 @@ func TestCoverageTableUnknown(t *testing.T) {
 	}
 	if strings.Contains(out, "can never fire") {
 		t.Errorf("table calls an unknown rule never firing:\n%s", out)
+	}
+}
+
+// TestCoverageExporterDialect runs nvidia_gpu_exporter's own alert rules:
+// with the exporter declared the twin exports its nvidia_smi_* series and
+// the rules detect the faults they are written for; without it none does
+// (issue 14).
+func TestCoverageExporterDialect(t *testing.T) {
+	t.Parallel()
+	const upstream = "../rules/testdata/public/utkuozdemir-nvidia_gpu_exporter-prometheusrule.yaml"
+	for _, tt := range []struct {
+		name  string
+		extra []string
+		// want maps a rule to the faults it detects; every other rule
+		// detects none.
+		want map[string][]string
+	}{
+		{"declared", []string{"--exporter", "nvidia_gpu_exporter"}, map[string][]string{
+			"NvidiaGpuTemperatureHigh": {"hardware.thermal-throttle"},
+			"NvidiaGpuThermalSlowdown": {"hardware.thermal-throttle"},
+			"NvidiaGpuMissing":         {"hardware.fallen-off-bus"},
+		}},
+		{"default exporters", nil, map[string][]string{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"coverage", "--rules", upstream, "--faults", "hardware.thermal-throttle,hardware.fallen-off-bus",
+				"--suggest=false", "--format", "json", "--parallel", "1"}, tt.extra...)
+			code, out, errs := runCLI(t, "", args...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errs)
+			}
+			var doc struct {
+				Rules []struct {
+					Name    string
+					Detects []string
+				} `json:"rules"`
+			}
+			if err := json.Unmarshal([]byte(out), &doc); err != nil {
+				t.Fatal(err)
+			}
+			if len(doc.Rules) != 15 {
+				t.Fatalf("%d rules reported, want the file's 15", len(doc.Rules))
+			}
+			for _, r := range doc.Rules {
+				if want := tt.want[r.Name]; !slices.Equal(r.Detects, want) {
+					t.Errorf("%s detects %q, want %q", r.Name, r.Detects, want)
+				}
+			}
+		})
 	}
 }

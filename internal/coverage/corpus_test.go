@@ -3,6 +3,7 @@ package coverage_test
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"errors"
 	"fmt"
 	"io"
@@ -28,8 +29,71 @@ import (
 // (issue 14).
 const corpusDir = "../rules/testdata/public"
 
-// corpusGolden pins the coverage verdict of every rule of the corpus.
-const corpusGolden = "testdata/corpus.golden"
+// corpusGolden pins the coverage verdict of every rule of the corpus under
+// the default exporters; fleetsGolden under the exporters each file's
+// upstream assumes (fleetsFile).
+const (
+	corpusGolden = "testdata/corpus.golden"
+	fleetsGolden = "testdata/corpus-fleets.golden"
+	fleetsFile   = corpusDir + "/fleets.csv"
+)
+
+// fleet is the exporters a corpus file's upstream assumes.
+type fleet struct {
+	file      string
+	exporters []string
+	reason    string
+}
+
+// corpusFleets reads fleetsFile and holds it to the corpus and the
+// registry: one row per corpus file, known exporters, a reason each.
+func corpusFleets(t testing.TB) []fleet {
+	t.Helper()
+	f, err := os.Open(fleetsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := csv.NewReader(f)
+	r.Comment = '#'
+	r.FieldsPerRecord = 3
+	recs, err := r.ReadAll()
+	if err != nil {
+		t.Fatalf("%s: %v", fleetsFile, err)
+	}
+	known := map[string]bool{}
+	for _, e := range rules.Exporters() {
+		known[e.Name] = true
+	}
+	var out []fleet
+	seen := map[string]bool{}
+	for _, rec := range recs {
+		fl := fleet{file: rec[0], exporters: strings.Fields(rec[1]), reason: rec[2]}
+		if seen[fl.file] {
+			t.Errorf("%s: %s listed twice", fleetsFile, fl.file)
+		}
+		seen[fl.file] = true
+		if len(fl.exporters) == 0 || len(fl.reason) < 10 {
+			t.Errorf("%s: %s needs exporters and a reason", fleetsFile, fl.file)
+		}
+		for _, e := range fl.exporters {
+			if !known[e] {
+				t.Errorf("%s: %s: %q is not an exporter of the registry", fleetsFile, fl.file, e)
+			}
+		}
+		out = append(out, fl)
+	}
+	for _, p := range corpusFiles(t) {
+		if !seen[filepath.Base(p)] {
+			t.Errorf("%s: no fleet for %s", fleetsFile, filepath.Base(p))
+		}
+		delete(seen, filepath.Base(p))
+	}
+	for f := range seen {
+		t.Errorf("%s: %s is not in the corpus", fleetsFile, f)
+	}
+	return out
+}
 
 func corpusFiles(t testing.TB) []string {
 	t.Helper()
@@ -174,19 +238,56 @@ func TestCorpusCoverage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%d rules, %d faults in %v", len(res.Rules), len(res.Faults), time.Since(start).Round(time.Millisecond))
-	got := corpusReport(res)
+	compareGolden(t, corpusGolden, corpusReport(res))
+
+	// Each file again under the exporters its upstream assumes: files of
+	// one fleet run together, so a recording rule and the alerts that read
+	// it stay in one run.
+	start = time.Now()
+	groups := map[string][]string{}
+	var order []string
+	for _, fl := range corpusFleets(t) {
+		key := strings.Join(fl.exporters, " ")
+		if _, ok := groups[key]; !ok {
+			order = append(order, key)
+		}
+		groups[key] = append(groups[key], filepath.Join(corpusDir, fl.file))
+	}
+	slices.Sort(order)
+	var fleets bytes.Buffer
+	for _, key := range order {
+		set, err := rules.LoadFiles(groups[key]...)
+		if err != nil {
+			t.Fatalf("load %v: %v", groups[key], err)
+		}
+		res, err := coverage.Run(context.Background(), coverage.Options{Seed: 1, Detectors: []*probe.Detector{}, Rules: set,
+			Exporters: strings.Fields(key)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(&fleets, "## exporters: %s\n", key)
+		fleets.Write(corpusReport(res))
+	}
+	t.Logf("%d fleets in %v", len(order), time.Since(start).Round(time.Millisecond))
+	compareGolden(t, fleetsGolden, fleets.Bytes())
+}
+
+// compareGolden compares got with the golden file at path, or writes it
+// under -update.
+func compareGolden(t *testing.T, path string, got []byte) {
+	t.Helper()
 	if *update {
-		if err := os.WriteFile(corpusGolden, got, 0o644); err != nil {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	want, err := os.ReadFile(corpusGolden)
+	want, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("%v (run with -update to write it)", err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Errorf("corpus verdicts moved; if that is right, run TestCorpusCoverage -update and say why in the commit\n%s", lineDiff(string(want), string(got)))
+		t.Errorf("%s: corpus verdicts moved; if that is right, run TestCorpusCoverage -update and say why in the commit\n%s", path, lineDiff(string(want), string(got)))
 	}
 }
 

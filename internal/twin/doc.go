@@ -2,7 +2,11 @@
 // discrete-event simulation of a GPU cluster on a virtual clock that exports
 // what a real fleet exports — dcgm-exporter series with their exact names,
 // labels and units, kernel log lines in NVIDIA's NVRM format,
-// kube-state-metrics node series and the training job's own metrics.
+// kube-state-metrics node series and the training job's own metrics. The
+// other GPU exporters a spec declares (ExporterSpec.Exporters:
+// dcgm-exporter-1.x, nvidia_gpu_exporter, nvidia_gpu_prometheus_exporter,
+// gpu-operator) are dialects: their series are read off the same GPUs at
+// the same scrape, in each exporter's own names, labels and units.
 //
 // A ClusterSpec describes the hardware (GPU model presets, nodes, NUMA,
 // racks, NVLink domains, network rails, checkpoint storage), per-GPU
