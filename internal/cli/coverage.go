@@ -73,7 +73,7 @@ knows lists, so the twin cannot judge it: declare the metric with --opt-in
 once your fleet has it).`,
 		Example: `  gpuchaos coverage --rules examples/rules/gpu-alerts.yaml
   gpuchaos coverage --rules pack:typical --faults hardware,numa
-  gpuchaos coverage --rules /etc/prometheus/rules/ --fail-on never-fires,unknown
+  gpuchaos coverage --rules examples/rules/ --faults hardware --fail-on never-fires,unknown
   gpuchaos coverage --rules examples/rules/gpu-prometheusrule.yaml --format junit --fail-on missed,noisy > coverage.xml
   gpuchaos coverage --rules pack:typical --format html -o coverage.html`,
 		Args: cobra.NoArgs,

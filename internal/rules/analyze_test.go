@@ -85,6 +85,14 @@ func TestAnalyzeStatus(t *testing.T) {
 		{name: "another exporter's opt-in metric", expr: "node_systemd_unit_state{state=\"failed\"} == 1", want: StatusNeverFires,
 			reason: "A reads node_systemd_unit_state, an opt-in metric that node-exporter leaves off by default (enable it there, then pass it with --opt-in)"},
 		{name: "another exporter's opt-in metric, enabled", expr: "node_systemd_unit_state{state=\"failed\"} == 1", optIn: []string{"node_systemd_unit_state"}, want: StatusOK},
+		// Issue 14, observation 10: the monitoring stack's own metrics,
+		// which kube-prometheus' standard rules read.
+		{name: "Prometheus' own metric", expr: "increase(prometheus_rule_evaluation_failures_total[5m]) > 0", want: StatusOK},
+		{name: "Alertmanager's own metric", expr: `rate(alertmanager_notifications_failed_total[5m]) / rate(alertmanager_notifications_total[5m]) > 0.01`, want: StatusOK},
+		{name: "the operator's config-reloader", expr: "max_over_time(reloader_last_reload_successful[5m]) == 0", want: StatusOK},
+		{name: "Alertmanager not run", expr: "alertmanager_config_last_reload_successful == 0", exporters: []string{"dcgm-exporter"}, want: StatusNeverFires,
+			reason: "A reads alertmanager_config_last_reload_successful, which alertmanager exports, an exporter this fleet does not run (declare it with --exporter alertmanager)"},
+		{name: "Prometheus' own metric whatever the fleet declares", expr: "prometheus_config_last_reload_successful == 0", exporters: []string{"dcgm-exporter"}, want: StatusOK},
 		// Issue 14, observation 6: the exporter the fleet runs.
 		{name: "nvidia_gpu_exporter declared", expr: "nvidia_smi_temperature_gpu > 85", exporters: []string{"nvidia_gpu_exporter"}, want: StatusOK},
 		{name: "old namespace declared", expr: "dcgm_gpu_temp > 85", exporters: []string{"dcgm-exporter-1.x"}, want: StatusOK},
