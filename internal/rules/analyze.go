@@ -90,6 +90,7 @@ type AnalyzeOptions struct {
 func Analyze(set *Set, opts AnalyzeOptions) []Analysis {
 	strict := newAnalyzer(set, opts, true)
 	loose := newAnalyzer(set, opts, false)
+	strict.loose = loose
 	out := make([]Analysis, len(set.Rules))
 	for i, r := range set.Rules {
 		out[i] = strict.analyze(r, loose)
@@ -101,7 +102,11 @@ type analyzer struct {
 	cat *catalogue
 	// strict counts a metric no exporter lists as absent; otherwise as
 	// present (the other bound of what the fleet may have).
-	strict   bool
+	strict bool
+	// loose is the other bound, for a strict analyzer: what it says of a
+	// record tells a record that never produces a series from one that
+	// hangs on unknown metrics.
+	loose    *analyzer
 	declared map[string]bool
 	// counters is the dcgm-exporter counters CSV's fields, nil without one.
 	counters map[string]bool
@@ -598,8 +603,12 @@ func (a *analyzer) explain(name string, visiting map[string]bool) string {
 		visiting[name] = true
 		defer delete(visiting, name)
 		_, why := a.empty(r.Parsed)
-		return fmt.Sprintf("%s, recorded by the rule at %s:%d, which never produces a series because it reads %s",
-			name, r.Source, r.Line, a.explainAll(unique(why), visiting))
+		verdict := "never produces a series because"
+		if a.loose != nil && slices.ContainsFunc(a.loose.records[name], func(r *Rule) bool { return a.loose.produces[r] }) {
+			verdict = "can produce a series only through metrics no exporter gpuchaos knows lists:"
+		}
+		return fmt.Sprintf("%s, recorded by the rule at %s:%d, which %s it reads %s",
+			name, r.Source, r.Line, verdict, a.explainAll(unique(why), visiting))
 	}
 	if strings.HasPrefix(name, "{") {
 		return fmt.Sprintf("%s, which matches no metric the declared exporters produce", name)
