@@ -37,10 +37,11 @@ func newCoverageCmd() *cobra.Command {
 		showProg bool
 	)
 	cmd := &cobra.Command{
-		Use:   "coverage --rules FILE...",
+		Use:   "coverage --rules FILE|DIR...",
 		Short: "Which faults would your alert rules catch? Every fault × every rule, on the twin",
 		Long: `Load Prometheus alert and recording rules (plain rule files or PrometheusRule
-resources, several at once), analyse each (the metrics it reads, whether an
+resources, several at once, or a directory for the .yaml, .yml, .rules and
+.json files in it), analyse each (the metrics it reads, whether an
 exporter produces them by default, only as an opt-in counter or not at all,
 and so whether it can ever fire), then run every catalogue fault on the
 embedded twin and evaluate the rules with the real PromQL engine on the
@@ -67,10 +68,13 @@ input. With --fail-on, 1 when the report has findings of a kind named (the
 report is written in full first): missed (a fault no detector noticed
 within the deadline, the JUnit report's failed cases), never-fires (a rule
 the analysis says can never fire), opt-in-off (a rule that needs a metric
-switched on in an exporter the fleet runs) or noisy (a detector that fired on the
-fault-free twin).`,
+switched on in an exporter the fleet runs), noisy (a detector that fired on
+the fault-free twin) or unknown (a rule that reads a metric no exporter
+gpuchaos knows lists, so the twin cannot judge it: declare the metric with
+--opt-in once your fleet has it).`,
 		Example: `  gpuchaos coverage --rules examples/rules/gpu-alerts.yaml
   gpuchaos coverage --rules pack:typical --faults hardware,numa
+  gpuchaos coverage --rules examples/rules/ --faults hardware --fail-on never-fires,unknown
   gpuchaos coverage --rules examples/rules/gpu-prometheusrule.yaml --format junit --fail-on missed,noisy > coverage.xml
   gpuchaos coverage --rules pack:typical --format html -o coverage.html`,
 		Args: cobra.NoArgs,
@@ -155,7 +159,7 @@ fault-free twin).`,
 		},
 	}
 	addFormatFlag(cmd, &f, "table", "json", "junit", "html")
-	cmd.Flags().StringSliceVar(&ruleArgs, "rules", nil, "rule files (plain or PrometheusRule) or bundled packs (pack:seed, pack:typical, pack:recommended); repeat or separate with commas")
+	cmd.Flags().StringSliceVar(&ruleArgs, "rules", nil, "rule files (plain or PrometheusRule), directories of them, or bundled packs (pack:seed, pack:typical, pack:recommended); repeat or separate with commas")
 	cmd.Flags().StringVar(&only, "faults", "", "comma-separated fault ids or families (default: the whole catalogue)")
 	cmd.Flags().Uint64Var(&seed, "seed", 1, "seed of the twin")
 	cmd.Flags().StringVar(&cluster, "cluster", "", "twin cluster spec YAML (default: two 8-GPU H200 nodes)")
@@ -165,7 +169,7 @@ fault-free twin).`,
 	cmd.Flags().StringSliceVar(&expArgs, "exporter", nil, "exporters the fleet runs, NAME or dcgm-exporter=COUNTERS.csv (its counters file, taken as the exact list of what it exports); repeat or separate with commas (default: "+strings.Join(rules.DefaultExporters(), ", ")+"; known: "+strings.Join(exporterNames(), ", ")+")")
 	cmd.Flags().IntVar(&parallel, "parallel", 0, "twins run at once (default: one per CPU)")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write the report to this file instead of standard output")
-	cmd.Flags().StringSliceVar(&failOn, "fail-on", nil, "exit 1 when the report has these findings: missed, never-fires, opt-in-off, noisy; repeat or separate with commas (default: exit 0 whatever it found)")
+	cmd.Flags().StringSliceVar(&failOn, "fail-on", nil, "exit 1 when the report has these findings: missed, never-fires, opt-in-off, noisy, unknown; repeat or separate with commas (default: exit 0 whatever it found)")
 	cmd.Flags().BoolVar(&showProg, "progress", false, "print progress lines on standard error even when it is not a terminal (default: only on a terminal)")
 	return cmd
 }
@@ -207,7 +211,7 @@ func writeCoverage(cmd *cobra.Command, res *coverage.Result, f format, output, t
 }
 
 // The findings --fail-on takes, in the order a failure lists them.
-var failOnKinds = []string{"missed", "never-fires", "opt-in-off", "noisy"}
+var failOnKinds = []string{"missed", "never-fires", "opt-in-off", "noisy", "unknown"}
 
 // failGate is the set of findings --fail-on named.
 type failGate map[string]bool
@@ -240,6 +244,7 @@ func (g failGate) check(f report.Findings) error {
 	add("never-fires", f.NeverFires, "rule")
 	add("opt-in-off", f.OptInOff, "rule")
 	add("noisy", f.Noisy, "detector")
+	add("unknown", f.Unknown, "rule")
 	if len(parts) == 0 {
 		return nil
 	}

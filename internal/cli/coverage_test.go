@@ -54,7 +54,7 @@ func TestCoverageBadRules(t *testing.T) {
 			"--opt-in: DCGM_FI_DEV_GPU_TEMP is exported by default (dcgm-exporter)"},
 		{"misspelt opt-in", []string{"--rules", "pack:seed", "--opt-in", "DCGM_FI_DEV_FB_TOTL"},
 			"--opt-in: DCGM_FI_DEV_FB_TOTL is not a dcgm-exporter opt-in counter gpuchaos knows; did you mean DCGM_FI_DEV_FB_TOTAL?"},
-		{"unknown finding", []string{"--rules", "pack:seed", "--fail-on", "missed,loud"}, `--fail-on: "loud" is not one of missed, never-fires, opt-in-off or noisy`},
+		{"unknown finding", []string{"--rules", "pack:seed", "--fail-on", "missed,loud"}, `--fail-on: "loud" is not one of missed, never-fires, opt-in-off, noisy or unknown`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -185,6 +185,10 @@ func TestCoverageFailOn(t *testing.T) {
 	if err := os.WriteFile(noisyFile, []byte("groups:\n- name: hot\n  rules:\n  - {alert: GpuWarm, expr: DCGM_FI_DEV_GPU_TEMP > 0}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	unknownFile := filepath.Join(t.TempDir(), "app.yaml")
+	if err := os.WriteFile(unknownFile, []byte("groups:\n- name: app\n  rules:\n  - {alert: AppErrors, expr: 'rate(my_app_errors_total[5m]) > 1'}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	base := []string{"coverage", "--rules", rulesFile, "--faults", "hardware.xid,numa.remote-memory", "--suggest=false", "--format", "junit"}
 	tests := []struct {
 		name   string
@@ -198,6 +202,8 @@ func TestCoverageFailOn(t *testing.T) {
 		{"opt-in-off", []string{"--fail-on", "opt-in-off"}, 1, "--fail-on: opt-in-off: 1 rule (GpuDbeCount)"},
 		{"noisy, and nothing is", []string{"--fail-on", "noisy"}, 0, ""},
 		{"noisy", []string{"--rules", noisyFile, "--fail-on", "noisy"}, 1, "--fail-on: noisy: 1 detector (GpuWarm)"},
+		{"unknown, and nothing is", []string{"--fail-on", "unknown"}, 0, ""},
+		{"unknown", []string{"--rules", unknownFile, "--fail-on", "unknown"}, 1, "--fail-on: unknown: 1 rule (AppErrors)"},
 		{"repeated and comma-separated", []string{"--fail-on", "noisy,never-fires", "--fail-on", "missed"}, 1,
 			"--fail-on: missed: 1 fault (numa.remote-memory); never-fires: 1 rule (GpuEccDbe)"},
 	}

@@ -213,16 +213,28 @@ func (res *Result) discredit() {
 			}
 		}
 	}
+	// A rule the analysis calls unknown keeps that status: it fires on the
+	// twin because the twin lacks the exporter it reads (absent() of an
+	// unknown metric), which says nothing of a fleet that runs it.
 	for _, d := range res.Detectors {
 		if n, ok := noisy[d.Name]; ok {
-			d.Status, d.Reason = Noisy, n.Text()+"; it gets no detection credit"
+			d.Status, d.Reason = discredited(d.Status, d.Reason, n)
 		}
 	}
 	for i, r := range res.Rules {
 		if n, ok := noisy[r.Detector]; ok && r.Detector != "" {
-			res.Rules[i].Status, res.Rules[i].Reason = Noisy, n.Text()+"; it gets no detection credit"
+			res.Rules[i].Status, res.Rules[i].Reason = discredited(r.Status, r.Reason, n)
 		}
 	}
+}
+
+// discredited is the status and reason of a detector that fired on the
+// fault-free twin.
+func discredited(status, reason string, n Noise) (string, string) {
+	if status == string(rules.StatusUnknown) {
+		return status, reason + "; " + n.Text() + ", and it gets no detection credit"
+	}
+	return Noisy, n.Text() + "; it gets no detection credit"
 }
 
 // jobName is the training job of the default twin; faults that need a job

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
@@ -130,5 +131,42 @@ func TestSameNamedRulesKeepTheirDetections(t *testing.T) {
 	}
 	if a.Detector == b.Detector || a.Detector == "" || b.Detector == "" {
 		t.Errorf("matrix columns %q and %q, want two distinct", a.Detector, b.Detector)
+	}
+}
+
+// TestAbsentOfUnknownStaysUnknown: absent() of a metric no exporter
+// gpuchaos knows fires on the twin, which lacks that exporter; the rule
+// stays unknown rather than noisy, its reason says how often it fired, and
+// it gets no detection credit (issue 14; kuberay's
+// MissingMetricRayGlobalControlStore).
+func TestAbsentOfUnknownStaysUnknown(t *testing.T) {
+	t.Parallel()
+	set := loadRules(t, map[string]string{"ray.yaml": `groups:
+- name: ray
+  rules:
+  - alert: MissingRayMetric
+    expr: absent(ray_gcs_update_resource_usage_time_bucket) == 1
+    for: 5m
+`})
+	res := run(t, coverage.Options{Seed: 1, Detectors: []*probe.Detector{}, Rules: set, Faults: faults(t, "hardware.xid")})
+	if !slices.Contains(res.Baseline.FalsePositives, "MissingRayMetric") {
+		t.Errorf("false positives = %q, want MissingRayMetric (it fires on the twin)", res.Baseline.FalsePositives)
+	}
+	r := res.Rules[0]
+	if r.Status != "unknown" || len(r.Detects) != 0 {
+		t.Errorf("report: status %s, detects %q; want unknown and nothing", r.Status, r.Detects)
+	}
+	for _, s := range []string{"wherever that exporter is not scraped", "on the fault-free twin", "no detection credit"} {
+		if !strings.Contains(r.Reason, s) {
+			t.Errorf("reason %q does not say %q", r.Reason, s)
+		}
+	}
+	for _, d := range res.Detectors {
+		if d.Name == "MissingRayMetric" && (d.Status != "unknown" || d.Reason != r.Reason) {
+			t.Errorf("column: status %s, reason %q; want the report's", d.Status, d.Reason)
+		}
+	}
+	if c := res.Faults[0].Cells["MissingRayMetric"]; c.Detected {
+		t.Errorf("cell %+v credits it", c)
 	}
 }

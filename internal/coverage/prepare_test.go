@@ -76,3 +76,39 @@ func TestCoverageTwinKeepsItsWholeSpan(t *testing.T) {
 		t.Errorf("the oldest sample is %s after the start, want the start kept", first.Sub(start))
 	}
 }
+
+// TestNoteOffTwinFollowsRecords: a rule that reads a record of a series the
+// fleet has and the twin does not export reads nothing on the twin, as the
+// record does, and its reason says so (issue 14; kube-prometheus'
+// cluster:node_cpu:ratio_rate5m over node:node_cpu_utilization:ratio_rate5m).
+func TestNoteOffTwinFollowsRecords(t *testing.T) {
+	t.Parallel()
+	set, err := rules.Load([]byte(`groups:
+- name: g
+  rules:
+  - {record: "node:cpu:rate5m", expr: "sum by (instance) (rate(node_cpu_seconds_total[5m]))"}
+  - {record: "cluster:cpu:rate5m", expr: "sum(node:cpu:rate5m)"}
+  - {alert: ClusterBusy, expr: "cluster:cpu:rate5m > 0.9"}
+  - {alert: HotAndBusy, expr: "DCGM_FI_DEV_GPU_TEMP > 85 and on () cluster:cpu:rate5m > 0.9"}
+  - {record: "gpu:temp:max", expr: "max(DCGM_FI_DEV_GPU_TEMP)"}
+  - {alert: Hot, expr: "gpu:temp:max > 85"}
+`), "g.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := prepare(set, rules.AnalyzeOptions{})
+	rs.noteOffTwin(map[string]bool{"DCGM_FI_DEV_GPU_TEMP": true})
+	const note = "the twin does not export node_cpu_seconds_total, so there it reads nothing"
+	for i, r := range rs.reports {
+		want := note
+		if r.Name == "gpu:temp:max" || r.Name == "Hot" {
+			want = ""
+		}
+		if r.Status != string(rules.StatusOK) || r.Reason != want {
+			t.Errorf("%s: status %s, reason %q; want ok, %q", r.Name, r.Status, r.Reason, want)
+		}
+		if c := rs.col[i]; c != nil && c.Reason != r.Reason {
+			t.Errorf("%s: column reason %q, report %q", r.Name, c.Reason, r.Reason)
+		}
+	}
+}

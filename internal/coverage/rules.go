@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -132,18 +133,59 @@ type ruleSet struct {
 // reads that the fleet has and the twin does not export (another exporter's,
 // a DCGM field beyond the twin's counters): on the twin those parts read
 // nothing, so a fault they would catch on the fleet shows as missed there.
+// A recorded series is followed to what its recording rules read, so a rule
+// over a record of node_cpu_seconds_total says so as the record does.
 func (rs *ruleSet) noteOffTwin(exported map[string]bool) {
+	records := map[string][]int{}
+	for i, r := range rs.reports {
+		if r.Kind == string(rules.KindRecord) {
+			records[r.Name] = append(records[r.Name], i)
+		}
+	}
+	memo := map[int][]string{}
+	visiting := map[int]bool{}
+	// offTwin lists what report i reads, directly or through records, that
+	// the fleet has and the twin does not export.
+	var offTwin func(i int) []string
+	offTwin = func(i int) []string {
+		if off, ok := memo[i]; ok {
+			return off
+		}
+		if visiting[i] {
+			// Records that feed each other produce nothing (the analysis
+			// calls them absent), so the loop adds nothing.
+			return nil
+		}
+		visiting[i] = true
+		defer delete(visiting, i)
+		var off []string
+		add := func(names ...string) {
+			for _, n := range names {
+				if !slices.Contains(off, n) {
+					off = append(off, n)
+				}
+			}
+		}
+		for _, u := range rs.uses[i] {
+			switch {
+			case !u.Present:
+			case u.Availability == rules.AvailRecorded:
+				for _, j := range records[u.Name] {
+					add(offTwin(j)...)
+				}
+			case !exported[u.Name]:
+				add(u.Name)
+			}
+		}
+		memo[i] = off
+		return off
+	}
 	for i := range rs.reports {
 		r := &rs.reports[i]
 		if r.Status != string(rules.StatusOK) {
 			continue
 		}
-		var off []string
-		for _, u := range rs.uses[i] {
-			if u.Present && u.Availability != rules.AvailRecorded && !exported[u.Name] {
-				off = append(off, u.Name)
-			}
-		}
+		off := offTwin(i)
 		if len(off) == 0 {
 			continue
 		}

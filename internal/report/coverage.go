@@ -155,12 +155,16 @@ type Findings struct {
 	// Noisy are the detectors that fired on the fault-free twin: false
 	// positives.
 	Noisy []string
+	// Unknown are the rules that read a metric no exporter gpuchaos knows
+	// lists, so their verdict is only as good as the twin's guess that the
+	// metric is absent.
+	Unknown []string
 }
 
 // CoverageFindings collects a result's findings, each list in the report's
 // order.
 func CoverageFindings(res *coverage.Result) Findings {
-	f := Findings{NeverFires: []string{}, OptInOff: []string{}, Missed: []string{}, Noisy: slices.Clone(res.Baseline.FalsePositives)}
+	f := Findings{NeverFires: []string{}, OptInOff: []string{}, Missed: []string{}, Noisy: slices.Clone(res.Baseline.FalsePositives), Unknown: []string{}}
 	for _, fr := range res.Faults {
 		if !passed(fr) {
 			f.Missed = append(f.Missed, fr.ID)
@@ -172,6 +176,8 @@ func CoverageFindings(res *coverage.Result) Findings {
 			f.NeverFires = append(f.NeverFires, r.Name)
 		case string(rules.StatusOptInOff):
 			f.OptInOff = append(f.OptInOff, r.Name)
+		case string(rules.StatusUnknown):
+			f.Unknown = append(f.Unknown, r.Name)
 		}
 	}
 	if f.Noisy == nil {

@@ -98,6 +98,7 @@ func Analyze(set *Set, opts AnalyzeOptions) []Analysis {
 	loose := newAnalyzer(set, opts, false)
 	switched := newAnalyzer(set, opts, false)
 	switched.allOn = true
+	strict.loose = loose
 	out := make([]Analysis, len(set.Rules))
 	for i, r := range set.Rules {
 		out[i] = strict.analyze(r, loose, switched)
@@ -113,6 +114,10 @@ type analyzer struct {
 	// allOn counts every metric of a declared exporter as present, opt-in
 	// or not: what the fleet would have with everything switched on.
 	allOn    bool
+	// loose is the other bound, for a strict analyzer: what it says of a
+	// record tells a record that never produces a series from one that
+	// hangs on unknown metrics.
+	loose    *analyzer
 	declared map[string]bool
 	// counters is the dcgm-exporter counters CSV's fields, nil without one.
 	counters map[string]bool
@@ -219,7 +224,8 @@ func (a *analyzer) misspelt(name string) bool {
 		return m
 	}
 	_, elsewhere := lookupElsewhere(name)
-	m := elsewhere || a.didYouMean(name) != ""
+	_, slip := a.slipOf(name)
+	m := elsewhere || slip || a.typoOf(name) != ""
 	a.misspell[name] = m
 	return m
 }
@@ -443,13 +449,23 @@ func (a *analyzer) findUse(name string) MetricUse {
 // didYouMean returns the known or recorded name closest to name, or the
 // fleet equivalent of a similar name from another exporter, or "".
 func (a *analyzer) didYouMean(name string) string {
+	if s := a.typoOf(name); s != "" {
+		return s
+	}
+	if m, ok := a.resembles(name); ok {
+		return m.equivalent
+	}
+	return ""
+}
+
+// typoOf returns the known or recorded name that name misspells: the same
+// words, but for typos within a word or a suffix added or dropped; "" when
+// there is none.
+func (a *analyzer) typoOf(name string) string {
 	for _, cands := range [][]string{a.candidates, a.rare} {
 		if s, d := suggest.Closest(name, cands); plausible(name, s, d) && sameThing(name, s) {
 			return s
 		}
-	}
-	if m, ok := a.resembles(name); ok {
-		return m.equivalent
 	}
 	return ""
 }
@@ -529,6 +545,20 @@ func (a *analyzer) analyze(r *Rule, loose, switched *analyzer) Analysis {
 			r.Name, verb, a.explainAll(unique(why), map[string]bool{}))
 		return an
 	}
+	if why := a.absentOfUnknown(r.Parsed, loose); len(why) > 0 {
+		// Unknown wins over what the twin shows: absent() of a metric no
+		// exporter gpuchaos knows fires on the twin all the time, which
+		// says only that the twin lacks the exporter, not that the rule is
+		// noisy where the exporter runs (issue 14).
+		an.Status = StatusUnknown
+		verb := "fire"
+		if r.Kind == KindRecord {
+			verb = "produce a series"
+		}
+		an.Reason = fmt.Sprintf("%s asks only whether %s is absent, so it will %s wherever that exporter is not scraped, the twin included: it reads %s",
+			r.Name, strings.Join(why, ", "), verb, a.explainAll(why, map[string]bool{}))
+		return an
+	}
 	if len(missing) > 0 {
 		// The explanation ends the sentence: put after it, "never match"
 		// trailed a did-you-mean (issue 14).
@@ -539,6 +569,27 @@ func (a *analyzer) analyze(r *Rule, loose, switched *analyzer) Analysis {
 		an.Reason = fmt.Sprintf("%s can %s, but never through the parts of it that read %s", r.Name, verb, a.explainAll(missing, map[string]bool{}))
 	}
 	return an
+}
+
+// absentOfUnknown lists the metrics read inside absent() or
+// absent_over_time() whose presence hangs on a metric no exporter of the
+// registry lists: strictly absent, yet present were the unknown metrics
+// there.
+func (a *analyzer) absentOfUnknown(e parser.Expr, loose *analyzer) []string {
+	var why []string
+	parser.Inspect(e, func(n parser.Node, _ []parser.Node) error {
+		c, ok := n.(*parser.Call)
+		if !ok || (c.Func.Name != "absent" && c.Func.Name != "absent_over_time") {
+			return nil
+		}
+		if strict, w := a.empty(c.Args[0]); strict {
+			if looseEmpty, _ := loose.empty(c.Args[0]); !looseEmpty {
+				why = append(why, w...)
+			}
+		}
+		return nil
+	})
+	return unique(why)
 }
 
 func unique(s []string) []string {
@@ -569,8 +620,12 @@ func (a *analyzer) explain(name string, visiting map[string]bool) string {
 		visiting[name] = true
 		defer delete(visiting, name)
 		_, why := a.empty(r.Parsed)
-		return fmt.Sprintf("%s, recorded by the rule at %s:%d, which never produces a series because it reads %s",
-			name, r.Source, r.Line, a.explainAll(unique(why), visiting))
+		verdict := "never produces a series because"
+		if a.loose != nil && slices.ContainsFunc(a.loose.records[name], func(r *Rule) bool { return a.loose.produces[r] }) {
+			verdict = "can produce a series only through metrics no exporter gpuchaos knows lists:"
+		}
+		return fmt.Sprintf("%s, recorded by the rule at %s:%d, which %s it reads %s",
+			name, r.Source, r.Line, verdict, a.explainAll(unique(why), visiting))
 	}
 	if strings.HasPrefix(name, "{") {
 		return fmt.Sprintf("%s, which matches no metric the declared exporters produce", name)
@@ -599,10 +654,12 @@ func (a *analyzer) explain(name string, visiting map[string]bool) string {
 	var s string
 	if m, ok := lookupElsewhere(name); ok {
 		s = fmt.Sprintf("%s, which dcgm-exporter does not export (it comes from %s, an exporter this fleet does not run)", name, m.exporter)
-	} else if m, ok := a.resembles(name); ok {
+	} else if m, ok := a.slipOf(name); ok {
 		s = fmt.Sprintf("%s, which no exporter produces (it looks like %s from %s, an exporter this fleet does not run)", name, m.name, m.exporter)
-	} else if u.Suggestion != "" {
+	} else if a.typoOf(name) != "" {
 		s = fmt.Sprintf("%s, which no exporter produces", name)
+	} else if m, ok := a.resembles(name); ok {
+		s = fmt.Sprintf("%s, which no exporter gpuchaos knows lists (unknown; it looks like %s from %s, an exporter this fleet does not run)", name, m.name, m.exporter)
 	} else {
 		s = fmt.Sprintf("%s, which no exporter gpuchaos knows lists (unknown)", name)
 	}
@@ -612,18 +669,29 @@ func (a *analyzer) explain(name string, visiting map[string]bool) string {
 	return s
 }
 
-// resembles finds the other-exporter metric a name was probably copied
-// from.
-//
-// A name that is a prefix of another exporter's name (or the reverse) is
-// taken first: a unit suffix dropped or added is the usual slip.
-func (a *analyzer) resembles(name string) (elsewhereMetric, bool) {
+// slipOf finds the other-exporter metric that name is with a unit suffix
+// dropped or added (nvidia_gpu_temperature for …_celsius), the usual slip
+// when a rule is copied: a misspelling, so the name provably reads nothing.
+func (a *analyzer) slipOf(name string) (elsewhereMetric, bool) {
 	ln := strings.ToLower(name)
 	for _, m := range a.cat.elsewhere {
 		lm := strings.ToLower(m.name)
 		if min(len(ln), len(lm)) >= 8 && (strings.HasPrefix(lm, ln) || strings.HasPrefix(ln, lm)) {
 			return m, true
 		}
+	}
+	return elsewhereMetric{}, false
+}
+
+// resembles finds the other-exporter metric a name was probably copied
+// from: a slip (slipOf) first, else the nearest name.
+//
+// A name that is merely near another exporter's is only a hint: OpenPAI's
+// own gpu_utilization is near dcgm-exporter 1.x's dcgm_gpu_utilization
+// without being it, so it stays unknown (issue 14).
+func (a *analyzer) resembles(name string) (elsewhereMetric, bool) {
+	if m, ok := a.slipOf(name); ok {
+		return m, true
 	}
 	var other []string
 	for _, m := range a.cat.elsewhere {

@@ -73,9 +73,27 @@ func TestAnalyzeStatus(t *testing.T) {
 		{name: "GPU Operator declared", expr: "gpu_operator_node_driver_validation == 0", exporters: []string{"gpu-operator"}, want: StatusOK},
 		{name: "Autopilot's own metric", expr: "autopilot_health_checks{health=\"ERR\"} > 0", want: StatusUnknown},
 		{name: "no did-you-mean for another quantity", expr: "DCGM_FI_DEV_POWER_CAPPED > 0", want: StatusUnknown},
+		// Issue 14: a name merely like another exporter's is not that
+		// exporter's; the likeness is a hint in the reason.
+		{name: "near another exporter's name", expr: "count(gpu_utilization) by (instance) > 0", want: StatusUnknown,
+			reason: "A can fire only through metrics no exporter gpuchaos knows lists, so it is evaluated as reading nothing: it reads gpu_utilization, which no exporter gpuchaos knows lists (unknown; it looks like dcgm_gpu_utilization from dcgm-exporter 1.x, an exporter this fleet does not run); did you mean DCGM_FI_DEV_GPU_UTIL (default)?"},
+		{name: "recorded from a name near another exporter's", expr: "node:gpu_utilization:count != on (instance) configured_gpu_count",
+			records: []string{"node:gpu_utilization:count = count(gpu_utilization) by (instance)"}, want: StatusUnknown,
+			reason: "A can fire only through metrics no exporter gpuchaos knows lists, so it is evaluated as reading nothing: it reads node:gpu_utilization:count, recorded by the rule at t.yaml:4, which can produce a series only through metrics no exporter gpuchaos knows lists: it reads gpu_utilization, which no exporter gpuchaos knows lists (unknown; it looks like dcgm_gpu_utilization from dcgm-exporter 1.x, an exporter this fleet does not run); did you mean DCGM_FI_DEV_GPU_UTIL (default)?; it also reads configured_gpu_count, which no exporter gpuchaos knows lists (unknown)"},
+		{name: "pre-Ampere retired pages, exporter not run", expr: "nvidia_smi_retired_pages_pending == 1", want: StatusNeverFires,
+			reason: "A reads nvidia_smi_retired_pages_pending, which nvidia_gpu_exporter exports, an exporter this fleet does not run (declare it with --exporter nvidia_gpu_exporter)"},
+		{name: "pre-Ampere retired pages, exporter run", expr: "nvidia_smi_retired_pages_double_bit_count > 0", exporters: []string{"nvidia_gpu_exporter"}, want: StatusOK},
 		{name: "another exporter's opt-in metric", expr: "node_systemd_unit_state{state=\"failed\"} == 1", want: StatusOptInOff,
 			reason: "A reads node_systemd_unit_state, an opt-in metric that node-exporter leaves off by default (enable it there, then pass it with --opt-in)"},
 		{name: "another exporter's opt-in metric, enabled", expr: "node_systemd_unit_state{state=\"failed\"} == 1", optIn: []string{"node_systemd_unit_state"}, want: StatusOK},
+		// Issue 14, observation 10: the monitoring stack's own metrics,
+		// which kube-prometheus' standard rules read.
+		{name: "Prometheus' own metric", expr: "increase(prometheus_rule_evaluation_failures_total[5m]) > 0", want: StatusOK},
+		{name: "Alertmanager's own metric", expr: `rate(alertmanager_notifications_failed_total[5m]) / rate(alertmanager_notifications_total[5m]) > 0.01`, want: StatusOK},
+		{name: "the operator's config-reloader", expr: "max_over_time(reloader_last_reload_successful[5m]) == 0", want: StatusOK},
+		{name: "Alertmanager not run", expr: "alertmanager_config_last_reload_successful == 0", exporters: []string{"dcgm-exporter"}, want: StatusNeverFires,
+			reason: "A reads alertmanager_config_last_reload_successful, which alertmanager exports, an exporter this fleet does not run (declare it with --exporter alertmanager)"},
+		{name: "Prometheus' own metric whatever the fleet declares", expr: "prometheus_config_last_reload_successful == 0", exporters: []string{"dcgm-exporter"}, want: StatusOK},
 		// Issue 14, observation 6: the exporter the fleet runs.
 		{name: "nvidia_gpu_exporter declared", expr: "nvidia_smi_temperature_gpu > 85", exporters: []string{"nvidia_gpu_exporter"}, want: StatusOK},
 		{name: "old namespace declared", expr: "dcgm_gpu_temp > 85", exporters: []string{"dcgm-exporter-1.x"}, want: StatusOK},
@@ -96,6 +114,14 @@ func TestAnalyzeStatus(t *testing.T) {
 		{name: "unless with missing left side", expr: "DCGM_FI_DEV_RETIRED_PENDING > 0 unless DCGM_FI_DEV_GPU_TEMP > 85", want: StatusOptInOff},
 		{name: "absent of a missing metric fires", expr: "absent(nvidia_gpu_temperature)", want: StatusOK},
 		{name: "absent_over_time of a missing metric fires", expr: "absent_over_time(nvidia_gpu_temperature[5m])", want: StatusOK},
+		// Issue 14: absent() of a metric nothing known exports fires on a
+		// fleet without that exporter, the twin included; whether it is
+		// noisy where the exporter runs is unknown.
+		{name: "absent of an unknown metric", expr: "absent(ray_gcs_update_resource_usage_time_bucket) == 1", want: StatusUnknown,
+			reason: "A asks only whether ray_gcs_update_resource_usage_time_bucket is absent, so it will fire wherever that exporter is not scraped, the twin included: it reads ray_gcs_update_resource_usage_time_bucket, which no exporter gpuchaos knows lists (unknown)"},
+		{name: "absent_over_time of an unknown metric", expr: "absent_over_time(my_app_requests_total[5m])", want: StatusUnknown},
+		{name: "absent of an unknown metric beside a known one", expr: "absent(my_app_requests_total) or DCGM_FI_DEV_GPU_TEMP > 85", want: StatusUnknown},
+		{name: "absent of a known metric", expr: `absent(up{job="dcgm-exporter"} == 1)`, want: StatusOK},
 		{name: "vector literal", expr: "vector(1)", want: StatusOK},
 		{name: "count or vector(0)", expr: "count(nvidia_gpu_temperature) or vector(0)", want: StatusOK},
 		{name: "aggregation of a missing metric", expr: "max by (Hostname) (nvidia_gpu_temperature) > 85", want: StatusNeverFires},

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -171,11 +173,11 @@ func Load(data []byte, source string) (*Set, error) {
 		l.document(d, i)
 	}
 	if len(l.errs) == 0 && len(l.rules) == 0 {
-		msg := "no rules: the file has no rule groups"
+		err := fmt.Errorf("%w: the file has no rule groups", errNoRules)
 		if len(l.skipped) > 0 {
-			msg = fmt.Sprintf("no rules: the file holds %s but no PrometheusRule", strings.Join(l.skipped, ", "))
+			err = fmt.Errorf("%w: the file holds %s but no PrometheusRule", errNoRules, strings.Join(l.skipped, ", "))
 		}
-		l.errs = append(l.errs, l.fileErr(0, errors.New(msg)))
+		l.errs = append(l.errs, l.fileErr(0, err))
 	}
 	l.checkDuplicates()
 	if len(l.errs) > 0 {
@@ -185,8 +187,10 @@ func Load(data []byte, source string) (*Set, error) {
 }
 
 // LoadFiles reads several rule files into one Set, in the order given.
-// It reports the problems of every file, and also a recording rule that two
-// files define with the same labels.
+// A directory stands for its rule files (RuleFileExts), in name order, not
+// those of its subdirectories: a fleet's rules folder, as Prometheus'
+// rule_files: [dir/*.yaml] reads it. It reports the problems of every file,
+// and also a recording rule that two files define with the same labels.
 func LoadFiles(paths ...string) (*Set, error) {
 	if len(paths) == 0 {
 		return nil, errors.New("load rules: no files given")
@@ -195,6 +199,7 @@ func LoadFiles(paths ...string) (*Set, error) {
 		set  Set
 		errs []error
 	)
+	paths, inDir, errs := expandDirs(paths)
 	for _, p := range paths {
 		data, err := readFile(p)
 		if err != nil {
@@ -202,6 +207,12 @@ func LoadFiles(paths ...string) (*Set, error) {
 			continue
 		}
 		s, err := Load(data, p)
+		if err != nil && inDir[p] && onlyNoRules(err) {
+			// A rules folder often keeps other manifests beside the
+			// PrometheusRules; named alone, the file would be a mistake.
+			set.Warnings = append(set.Warnings, fmt.Errorf("skipped: %w", err))
+			continue
+		}
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -216,6 +227,59 @@ func LoadFiles(paths ...string) (*Set, error) {
 		return nil, errors.Join(errs...)
 	}
 	return &set, nil
+}
+
+// RuleFileExts are the names LoadFiles reads in a directory: what rule
+// files are called in the wild (OpenPAI's gpu.rules among them). Other
+// files there, a README or a dashboard, are skipped.
+var RuleFileExts = []string{".yaml", ".yml", ".rules", ".json"}
+
+// errNoRules is the problem of a file that holds no rule group.
+var errNoRules = errors.New("no rules")
+
+// onlyNoRules says whether Load's error is only that the file holds no
+// rules.
+func onlyNoRules(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs := j.Unwrap()
+		return len(errs) == 1 && errors.Is(errs[0], errNoRules)
+	}
+	return errors.Is(err, errNoRules)
+}
+
+// expandDirs replaces each directory among paths with its rule files, and
+// says which files came from a directory; a directory without any is an
+// error, as an empty rule file is.
+func expandDirs(paths []string) ([]string, map[string]bool, []error) {
+	var (
+		out   []string
+		inDir = map[string]bool{}
+		errs  []error
+	)
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil || !st.IsDir() {
+			// readFile says what is wrong with it.
+			out = append(out, p)
+			continue
+		}
+		entries, err := os.ReadDir(p)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("load rules: %w", err))
+			continue
+		}
+		n := len(out)
+		for _, e := range entries {
+			if e.Type().IsRegular() && slices.Contains(RuleFileExts, strings.ToLower(filepath.Ext(e.Name()))) {
+				out = append(out, filepath.Join(p, e.Name()))
+				inDir[out[len(out)-1]] = true
+			}
+		}
+		if len(out) == n {
+			errs = append(errs, &Error{Source: p, RuleIndex: -1, Err: fmt.Errorf("no rule files in the directory (%s)", strings.Join(RuleFileExts, ", "))})
+		}
+	}
+	return out, inDir, errs
 }
 
 // MaxFileBytes bounds one rule file. The largest public rule sets

@@ -218,6 +218,59 @@ func TestLoadFiles(t *testing.T) {
 			t.Error("no error for no files")
 		}
 	})
+	// A fleet's rules folder: its rule files in name order, the other
+	// files there (a README, a Deployment beside the PrometheusRules)
+	// skipped, subdirectories not entered.
+	t.Run("directory", func(t *testing.T) {
+		d := t.TempDir()
+		copyTo := func(src, dst string) {
+			t.Helper()
+			data, err := os.ReadFile(filepath.Join(dir, src))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(d, dst)), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(d, dst), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		copyTo("manifest.yaml", "b-manifest.yml")
+		copyTo("plain.yaml", "a-plain.rules")
+		copyTo("only_deployment.yaml", "c-deployment.yaml")
+		copyTo("not_yaml.yaml", "README.md")
+		copyTo("bad_expr.yaml", "nested/bad.yaml")
+		set, err := LoadFiles(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []string{"gpu:temp:avg5m", "GpuHot", "JobDown", "GpuXid", "GpuHot"}
+		if got := names(set.Rules); !slices.Equal(got, want) {
+			t.Errorf("rules = %q, want %q", got, want)
+		}
+		if set.Rules[0].Source != filepath.Join(d, "a-plain.rules") {
+			t.Errorf("first rule's source %q, want the file's path", set.Rules[0].Source)
+		}
+		if len(set.Warnings) != 1 || !strings.Contains(set.Warnings[0].Error(), "c-deployment.yaml: no rules: the file holds a Deployment") {
+			t.Errorf("warnings = %v, want the Deployment skipped", set.Warnings)
+		}
+		// Named alone, the same file is a mistake.
+		if _, err := LoadFiles(filepath.Join(d, "c-deployment.yaml")); err == nil {
+			t.Error("a file of only a Deployment loads when named")
+		}
+		_, err = LoadFiles(filepath.Join(d, "nested"), d+"/empty-dir-does-not-exist")
+		if err == nil || !strings.Contains(err.Error(), `rule "GpuHot" (line 6): expr:`) || !strings.Contains(err.Error(), "empty-dir-does-not-exist: no such file") {
+			t.Errorf("error = %v, want the bad rule in nested/ and the missing path", err)
+		}
+		empty := t.TempDir()
+		if err := os.WriteFile(filepath.Join(empty, "notes.txt"), []byte("no rules here\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := LoadFiles(empty); err == nil || !strings.Contains(err.Error(), empty+": no rule files in the directory") {
+			t.Errorf("error = %v, want no rule files in %s", err, empty)
+		}
+	})
 	t.Run("size limit", func(t *testing.T) {
 		huge := filepath.Join(t.TempDir(), "huge.yaml")
 		f, err := os.Create(huge)

@@ -31,13 +31,20 @@ const (
 	ExporterNode             = "node-exporter"
 	ExporterGPUChaos         = "gpuchaos"
 	ExporterPrometheus       = "prometheus"
+	// The rest of a kube-prometheus stack: known by name, so a spec may
+	// declare them, but the twin models none of their series (they watch
+	// the monitoring, not the GPUs).
+	ExporterAlertmanager       = "alertmanager"
+	ExporterPrometheusOperator = "prometheus-operator"
+	ExporterGrafana            = "grafana"
 )
 
 // Exporters returns the exporter names ExporterSpec.Exporters accepts, in
 // the registry's order.
 func Exporters() []string {
 	return []string{ExporterDCGM, ExporterDCGM1x, ExporterNVIDIAGPU, ExporterNVIDIAGPUProm,
-		ExporterKubeStateMetrics, ExporterNode, ExporterGPUOperator, ExporterGPUChaos, ExporterPrometheus}
+		ExporterKubeStateMetrics, ExporterNode, ExporterGPUOperator, ExporterGPUChaos, ExporterPrometheus,
+		ExporterAlertmanager, ExporterPrometheusOperator, ExporterGrafana}
 }
 
 // DefaultExporters returns what a fleet runs when its spec names no
@@ -45,7 +52,8 @@ func Exporters() []string {
 // rules.DefaultExporters). None of them is a dialect, so a default twin
 // exports what it always did.
 func DefaultExporters() []string {
-	return []string{ExporterDCGM, ExporterKubeStateMetrics, ExporterNode, ExporterGPUChaos, ExporterPrometheus}
+	return []string{ExporterDCGM, ExporterKubeStateMetrics, ExporterNode, ExporterGPUChaos, ExporterPrometheus,
+		ExporterAlertmanager, ExporterPrometheusOperator, ExporterGrafana}
 }
 
 // dialect is one GPU exporter's view of the twin's GPUs.
@@ -355,6 +363,9 @@ func nvidiaSMI(dcgm map[string]gpuMetric) *dialect {
 			{name: p + "ecc_errors_uncorrected_aggregate_device_memory", value: func(g *gpu) float64 { return g.dbeAgg }},
 			{name: p + "ecc_mode_current", value: constant(1)},
 			{name: p + "ecc_mode_pending", value: constant(1)},
+			// A training job uses neither the encoders nor the decoders.
+			{name: p + "utilization_encoder_ratio", value: func(*gpu) float64 { return 0 }},
+			{name: p + "utilization_decoder_ratio", value: func(*gpu) float64 { return 0 }},
 			{name: p + "remapped_rows_correctable", value: func(g *gpu) float64 { return g.corrRemap }},
 			{name: p + "remapped_rows_uncorrectable", value: func(g *gpu) float64 { return g.uncorrRemap }},
 			{name: p + "remapped_rows_pending", value: func(g *gpu) float64 { return b2f(g.mods.remapPending || g.uncPending) }},
@@ -434,9 +445,11 @@ func nvidiaSMINotModelled() map[string]string {
 	add("the presets carry no PCIe link generation or width, and no fault degrades the link",
 		"pcie_link_gen_current", "pcie_link_gen_gpucurrent", "pcie_link_gen_gpumax", "pcie_link_gen_hostmax",
 		"pcie_link_gen_max", "pcie_link_width_current", "pcie_link_width_max")
-	add("the twin runs no video, JPEG or optical-flow work; DCGM's encoder and decoder fields are not exported either",
-		"clocks_current_video_clock_hz", "utilization_decoder_ratio", "utilization_encoder_ratio", "utilization_jpeg_ratio",
+	add("the twin runs no video, JPEG or optical-flow work and models no video clock or encoder sessions (the encoder and decoder utilisation it exports, at 0)",
+		"clocks_current_video_clock_hz", "utilization_jpeg_ratio",
 		"utilization_ofa_ratio", "encoder_stats_average_fps", "encoder_stats_average_latency", "encoder_stats_session_count")
+	add("Ampere and later GPUs remap rows instead of retiring pages: nvidia-smi prints [N/A] for retired_pages.* on every preset and the exporter drops the field",
+		"retired_pages_single_bit_ecc_count", "retired_pages_double_bit_count", "retired_pages_pending")
 	add("the twin's ECC faults are HBM errors; it models no SRAM error counts",
 		"ecc_errors_corrected_aggregate_sram", "ecc_errors_corrected_volatile_sram", "ecc_errors_uncorrected_aggregate_sram",
 		"ecc_errors_uncorrected_aggregate_sram_l2", "ecc_errors_uncorrected_aggregate_sram_mcu",
