@@ -113,7 +113,7 @@ type analyzer struct {
 	strict bool
 	// allOn counts every metric of a declared exporter as present, opt-in
 	// or not: what the fleet would have with everything switched on.
-	allOn    bool
+	allOn bool
 	// loose is the other bound, for a strict analyzer: what it says of a
 	// record tells a record that never produces a series from one that
 	// hangs on unknown metrics.
