@@ -61,6 +61,7 @@ type nodeState struct {
 	host                         hostSeries
 	upNodeExporter, upDCGM, upGC *series.Series
 	upKubelet                    []*series.Series
+	up                           []*series.Series // every target on the node
 }
 
 // condSeries is one node condition's three series (status true, false,

@@ -60,7 +60,8 @@ type hostSeries struct {
 	netRxBytes, netTxBytes, netRxPk, netTx *series.Series
 	netRxErr, netTxErr, netRxDrop, netTxDr *series.Series
 	diskIO, diskIOW                        *series.Series
-	last                                   float64 // seconds, the previous scrape
+	memHog, cpuHog                         []float64 // per socket, reused by every scrape
+	last                                   float64   // seconds, the previous scrape
 }
 
 // fsSeries are one mounted filesystem's series.
@@ -124,6 +125,7 @@ func (c *clusterSeries) initNode(t *Twin, n *node) *nodeState {
 	for _, path := range []string{"/metrics", "/metrics/cadvisor", "/metrics/probes"} {
 		ns.upKubelet = append(ns.upKubelet, s.add("up", labels("job", "kubelet", "instance", ip+":10250", "metrics_path", path, "node", n.name)))
 	}
+	ns.up = append([]*series.Series{ns.upNodeExporter, ns.upDCGM, ns.upGC}, ns.upKubelet...)
 	ns.host = c.initHost(n, sockets, static)
 	return ns
 }
@@ -155,6 +157,7 @@ func (c *clusterSeries) initHost(n *node, sockets int, static func(*series.Serie
 		h.cpu = append(h.cpu, row)
 		h.cpuSec = append(h.cpuSec, sec)
 	}
+	h.memHog, h.cpuHog = make([]float64, sockets), make([]float64, sockets)
 	for i, name := range []string{"node_load1", "node_load5", "node_load15"} {
 		h.load[i] = ne(name)
 		h.loadVal[i] = loadPerCPU * float64(sockets)
@@ -265,7 +268,7 @@ func (t *Twin) scrapeNode(ns *nodeState, ts int64) {
 		}
 		se.Append(ts, v)
 	}
-	for _, se := range append([]*series.Series{ns.upNodeExporter, ns.upDCGM, ns.upGC}, ns.upKubelet...) {
+	for _, se := range ns.up {
 		se.Append(ts, 1)
 	}
 	t.scrapeHost(ns, ts, now)
@@ -278,7 +281,9 @@ func (t *Twin) scrapeHost(ns *nodeState, ts int64, now float64) {
 	h.last = now
 	// What hogs beside the ranks take, per socket: the largest share any
 	// rank's hog asks of its GPU's NUMA node.
-	memHog, cpuHog := make([]float64, len(h.cpu)), make([]float64, len(h.cpu))
+	memHog, cpuHog := h.memHog, h.cpuHog
+	clear(memHog)
+	clear(cpuHog)
 	for _, g := range n.gpus {
 		if g.socket < len(h.cpu) {
 			memHog[g.socket] = math.Max(memHog[g.socket], g.mods.hostMemHog)
