@@ -117,9 +117,10 @@ type workerPod struct {
 	ps   podSeries
 	// exitsBase is the job's exits when this pod was created, so a new
 	// pod starts at zero restarts; loops counts crash-loop restarts.
-	exitsBase, loops int
-	loopSince        float64 // seconds, when the crash loop began; <0 none
-	scheduled        bool
+	// loopsDone those of crash loops that ended.
+	exitsBase, loops, loopsDone int
+	loopSince                   float64 // seconds, when the crash loop began; <0 none
+	scheduled                   bool
 }
 
 // daemonSet is one DaemonSet of the GPU operator: a pod per node.
@@ -377,7 +378,7 @@ func (t *Twin) replacePods(nodes []*node, mode string) {
 				p.gen++
 				// The job is down now; the new pod's container starts with
 				// the job's restart and has not restarted itself.
-				p.exitsBase, p.loops, p.loopSince = p.j.exits, 0, -1
+				p.exitsBase, p.loops, p.loopsDone, p.loopSince = p.j.exits, 0, 0, -1
 				// A cordoned node, or one offering no GPUs, takes no new
 				// GPU pod: it waits unbound, with no node.
 				p.scheduled = !n.mods.cordoned && !n.mods.pluginKilled
@@ -436,9 +437,12 @@ func (p *workerPod) state(now float64) podState {
 		p.loops = n
 		st.running, st.ready, st.waitingReason = false, false, "CrashLoopBackOff"
 	} else if p.loopSince >= 0 {
+		// The loop ended (the GPU is back): its restarts stay counted.
 		p.loopSince = -1
+		p.loopsDone += p.loops
+		p.loops = 0
 	}
-	st.restarts = p.j.exits - p.exitsBase + p.loops
+	st.restarts = p.j.exits - p.exitsBase + p.loopsDone + p.loops
 	st.lastError = st.restarts > 0
 	return st
 }

@@ -233,3 +233,34 @@ func TestCPUHogIdle(t *testing.T) {
 		t.Errorf("the other socket's CPU idled %gs in 10m, want its healthy share, over 480s", d0)
 	}
 }
+
+// TestCrashLoopEnds: once the lost GPU is back, the worker runs and is
+// ready again, and the restarts of its crash loop stay counted, as a
+// container's restart count never goes down.
+func TestCrashLoopEnds(t *testing.T) {
+	t.Parallel()
+	tw := newTwin(t, Options{Seed: 1})
+	apply(t, tw, "off", nodeRef("gpu-node-1"), catalog.Effect{Kind: catalog.EffectOffBus})
+	sleep(t, tw, 10*time.Minute)
+	restarts := want{"kube_pod_container_status_restarts_total", []string{"pod", worker1}, 0}
+	looped := 0.0
+	for _, s := range tw.Select(restarts.metric) {
+		if s.Labels.Get("pod") == worker1 {
+			looped = last(s)
+		}
+	}
+	if looped < 3 {
+		t.Fatalf("%s restarted %g times in a 10m crash loop, want several", worker1, looped)
+	}
+	revert(t, tw, "off")
+	sleep(t, tw, 5*time.Minute)
+	// The job restarts after its restart cost: no exit, no more loops.
+	restarts.value = looped
+	for _, w := range []want{
+		restarts,
+		{"kube_pod_container_status_waiting_reason", []string{"pod", worker1}, absent},
+		{"kube_pod_status_ready", []string{"pod", worker1, "condition", "true"}, 1},
+	} {
+		w.check(t, tw)
+	}
+}
