@@ -83,7 +83,6 @@ type podSeries struct {
 	running, waiting, restarts *series.Series
 	waitingReason              map[string]*series.Series
 	lastTerminated             *series.Series
-	uid                        string
 	id                         []string // namespace, pod and uid label pairs
 	ownerKind, ownerName       string
 }
@@ -262,7 +261,7 @@ func podSuffix(node, gen int) string {
 func (c *clusterSeries) podSeries(ns, pod, uid, node, ownerKind, ownerName, container string) podSeries {
 	id := []string{"namespace", ns, "pod", pod, "uid", uid}
 	with := func(kv ...string) []string { return append(append([]string{}, id...), kv...) }
-	ps := podSeries{uid: uid, waitingReason: map[string]*series.Series{}, id: id, ownerKind: ownerKind, ownerName: ownerName}
+	ps := podSeries{waitingReason: map[string]*series.Series{}, id: id, ownerKind: ownerKind, ownerName: ownerName}
 	ps.info = c.ksm("kube_pod_info", ps.infoLabels(node, hostIP(c, node))...)
 	for i, ph := range podPhases {
 		ps.phase[i] = c.ksm("kube_pod_status_phase", with("phase", ph)...)
@@ -405,7 +404,7 @@ func (t *Twin) replacePods(nodes []*node, mode string) {
 	}
 }
 
-// workerState is a worker pod's state from its job's and node's. A pod
+// state is a worker pod's state from its job's and node's. A pod
 // that must be (re)created waits in Pending while its node is cordoned or
 // offers no GPUs. A pod whose node holds a GPU the job cannot use while
 // the job is blocked crash-loops: its container starts, CUDA fails on the
