@@ -61,6 +61,7 @@ var modes = map[catalog.EffectKind][]string{
 	catalog.EffectCompute:    {"", "numa-memory", "numa-cpu"},
 	catalog.EffectRank:       {"kill", "hang"},
 	catalog.EffectNode:       {"cordon", "drain", "device-plugin-kill", "pod-kill"},
+	catalog.EffectHost:       {"memory", "cpu"},
 }
 
 func mustLookup(t *testing.T, id string) *catalog.Fault {

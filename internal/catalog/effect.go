@@ -90,6 +90,11 @@ const (
 	// allocatable GPUs drop to zero), "pod-kill" (the job's pod on the
 	// node dies and restarts).
 	EffectNode EffectKind = "node"
+	// EffectHost: load on the rank's host that node-exporter sees, beside
+	// what EffectCompute does to the rank. Mode "memory" (Value: the share
+	// of the free memory of the NUMA node local to the GPU that a hog
+	// takes) or "cpu" (Value: the share of that socket's CPUs kept busy).
+	EffectHost EffectKind = "host"
 )
 
 // Effect is one change the twin plays. Fields unused by the kind are zero.

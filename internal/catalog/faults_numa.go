@@ -111,7 +111,12 @@ func numaFaults() []*Fault {
 				Series:   series(),
 				Workload: "The rank's new host allocations and page cache land on the far node; steps take about 1.2× as long.",
 				Silent:   true,
-				Effects:  fixedEffects(Effect{Kind: EffectCompute, Mode: "numa-memory", Value: numaSpillShare, Factor: numaMemoryPressureFactor}),
+				Effects: func(v Values) []Effect {
+					return []Effect{
+						{Kind: EffectCompute, Mode: "numa-memory", Value: numaSpillShare, Factor: numaMemoryPressureFactor},
+						{Kind: EffectHost, Mode: "memory", Value: v.Float("fraction")},
+					}
+				},
 			},
 		},
 		{
@@ -133,7 +138,14 @@ func numaFaults() []*Fault {
 				Series:   series(),
 				Workload: "The rank's launch thread and data-loader workers compete for CPU; steps take about 1.2× as long and vary more.",
 				Silent:   true,
-				Effects:  fixedEffects(Effect{Kind: EffectCompute, Factor: numaCPUSaturationFactor}),
+				// The twin plays the default, one busy thread per CPU of
+				// the local socket: all of its CPUs busy.
+				Effects: func(v Values) []Effect {
+					return []Effect{
+						{Kind: EffectCompute, Factor: numaCPUSaturationFactor},
+						{Kind: EffectHost, Mode: "cpu", Value: 1},
+					}
+				},
 			},
 		},
 	}

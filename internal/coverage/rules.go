@@ -256,7 +256,8 @@ func ruleCells(ctx context.Context, eng *promql.Engine, set *ruleSet, tw *twin.T
 	if err != nil {
 		return nil, fmt.Errorf("evaluate rules: %w", err)
 	}
-	concerns := func(ls series.Labels) bool { return rec.Plan.Concerns(probe.SubjectFromLabels(ls)) }
+	place := placer(tw)
+	concerns := func(ls series.Labels) bool { return rec.Plan.Concerns(place(ls)) }
 	cells := make(map[string]Cell, len(set.cols))
 	for _, d := range set.cols {
 		if d.rule == nil {
@@ -396,4 +397,41 @@ func noSuggestion(fr *FaultResult, base Baseline) string {
 		return fmt.Sprintf("%s: it moves no GPU metric and costs the job %.0f%% of its goodput, less than a step-time rule can flag without firing on a fault-free hour", none, 100*loss)
 	}
 	return fmt.Sprintf("%s within the deadline without firing on the fault-free hour (it costs the job %.0f%% of its goodput)", none, 100*loss)
+}
+
+// placer returns what an alert on tw is about: its labels' subject
+// (probe.SubjectFromLabels), placed on a node of the twin when it names no
+// node but its instance is one (kube-prometheus relabels node-exporter's
+// instance to the node's name, so NodeFilesystemAlmostOutOfSpace and
+// NodeCPUHighUsage carry no other) or its pod ran on one. A pod alert
+// (KubePodCrashLooping, KubePodNotReady) names only the namespace and the
+// pod; kube-state-metrics' kube_pod_info says where it ran, the join an
+// operator makes. A pod recreated under its name on another node stays
+// unplaced: the alert does not say which. An instance that is a target's
+// address names no node: the series of a job scraped from the twin's page
+// keep their training-job subject.
+func placer(tw *twin.Twin) func(series.Labels) probe.Subject {
+	nodes := map[string]bool{}
+	for _, n := range tw.Inventory().Nodes {
+		nodes[n.Name] = true
+	}
+	podNode := map[string][]string{}
+	for _, s := range tw.Select("kube_pod_info") {
+		key := s.Labels.Get("namespace") + "/" + s.Labels.Get("pod")
+		if n := s.Labels.Get("node"); n != "" && !slices.Contains(podNode[key], n) {
+			podNode[key] = append(podNode[key], n)
+		}
+	}
+	return func(ls series.Labels) probe.Subject {
+		s := probe.SubjectFromLabels(ls)
+		if s.Node != "" {
+			return s
+		}
+		if in := ls.Get("instance"); nodes[in] {
+			s.Node = in
+		} else if on := podNode[ls.Get("namespace")+"/"+ls.Get("pod")]; ls.Get("pod") != "" && len(on) == 1 {
+			s.Node = on[0]
+		}
+		return s
+	}
 }

@@ -35,6 +35,10 @@ const prometheusConfig = `global:
 rule_files: [%q]
 scrape_configs:
   - job_name: ` + scrapeJob + `
+    # The twin stands in for many exporters on many hosts and serves
+    # their job, instance and up labels itself, as a federation endpoint
+    # does: keep them (examples/live/prometheus.yml does the same).
+    honor_labels: true
     scrape_interval: 1s
     scrape_timeout: 900ms
     static_configs:

@@ -2,11 +2,24 @@
 // discrete-event simulation of a GPU cluster on a virtual clock that exports
 // what a real fleet exports — dcgm-exporter series with their exact names,
 // labels and units, kernel log lines in NVIDIA's NVRM format,
-// kube-state-metrics node series and the training job's own metrics. The
+// kube-state-metrics' node, pod and DaemonSet series, a compact
+// node-exporter per node, `up` for every scrape target, and the training
+// job's own metrics. The
 // other GPU exporters a spec declares (ExporterSpec.Exporters:
 // dcgm-exporter-1.x, nvidia_gpu_exporter, nvidia_gpu_prometheus_exporter,
 // gpu-operator) are dialects: their series are read off the same GPUs at
 // the same scrape, in each exporter's own names, labels and units.
+//
+// Kubernetes and hosts (cluster_series.go, host_series.go): each job runs
+// one worker pod per node whose container exits with every crash of the
+// job and crash-loops while a GPU it holds is gone; pod-kill and drain
+// replace the pod (Pending while its node is cordoned or offers no GPUs),
+// device-plugin-kill replaces the device plugin's pod, which stays down
+// while the fault holds. node-exporter models one CPU per socket, so the
+// shares and per-CPU load the standard rules read are those of the node;
+// a NUMA hog moves the memory and CPU of its socket, a filled checkpoint
+// volume reads full on the job's nodes. Nothing else moves: network faults
+// on the GPU rails bypass the kernel's interface counters.
 //
 // A ClusterSpec describes the hardware (GPU model presets, nodes, NUMA,
 // racks, NVLink domains, network rails, checkpoint storage), per-GPU

@@ -192,6 +192,7 @@ func validateEffect(e catalog.Effect) error {
 		catalog.EffectCompute:    {"", "numa-memory", "numa-cpu"},
 		catalog.EffectRank:       {"kill", "hang"},
 		catalog.EffectNode:       {"cordon", "drain", "device-plugin-kill", "pod-kill"},
+		catalog.EffectHost:       {"memory", "cpu"},
 	}
 	switch e.Kind {
 	case catalog.EffectXID:
@@ -201,6 +202,10 @@ func validateEffect(e catalog.Effect) error {
 	case catalog.EffectOffBus, catalog.EffectECC, catalog.EffectVRAM, catalog.EffectPCIe,
 		catalog.EffectRowRemap, catalog.EffectNVLink, catalog.EffectCollective,
 		catalog.EffectNetwork, catalog.EffectCheckpoint, catalog.EffectRank, catalog.EffectNode:
+	case catalog.EffectHost:
+		if e.Value > 1 {
+			return bad("value is a share of the NUMA node's memory or CPUs, got %g", e.Value)
+		}
 	case catalog.EffectCooling, catalog.EffectCompute:
 		if !(e.Factor > 0) {
 			return bad("factor must be positive, got %g", e.Factor)
@@ -306,6 +311,12 @@ func (t *Twin) hold(a *application, e catalog.Effect) {
 				m.numaRemoteMem = math.Max(m.numaRemoteMem, e.Value)
 			case "numa-cpu":
 				m.numaRemoteCPU = math.Max(m.numaRemoteCPU, e.Value)
+			}
+		case catalog.EffectHost:
+			if e.Mode == "memory" {
+				m.hostMemHog = math.Max(m.hostMemHog, e.Value)
+			} else {
+				m.hostCPUHog = math.Max(m.hostCPUHog, e.Value)
 			}
 		case catalog.EffectRank:
 			if e.Mode == "hang" && g.job != nil {
@@ -453,6 +464,7 @@ func (t *Twin) fire(a *application, e catalog.Effect) {
 				t.crash(j, "pod evicted from node")
 			}
 		}
+		t.replacePods(a.nodes, e.Mode)
 	}
 	t.refreshIdle()
 }

@@ -21,6 +21,8 @@ type seriesStore struct {
 	gpuMetrics []gpuMetric
 	// nodeDialect are the declared exporters' series about themselves.
 	nodeDialect []nodeDialectSeries
+	// cluster are the Kubernetes, host and scrape-target series.
+	cluster clusterSeries
 }
 
 type nodeSeries struct {
@@ -232,13 +234,9 @@ func (s *seriesStore) init(t *Twin) {
 		}
 	}
 	s.initDialects(t)
-	for _, n := range t.nodes {
-		n.series = nodeSeries{
-			unschedulable: s.add("kube_node_spec_unschedulable", labels("node", n.name)),
-			allocatable:   s.add("kube_node_status_allocatable", labels("node", n.name, "resource", "nvidia_com_gpu", "unit", "integer")),
-			ready:         s.add("kube_node_status_condition", labels("node", n.name, "condition", "Ready", "status", "true")),
-		}
-	}
+	// Nodes, pods, DaemonSets, hosts and scrape targets (cluster_series.go,
+	// host_series.go).
+	s.cluster.init(t, s)
 	for _, j := range t.jobs {
 		jl := labels("job", j.spec.Name)
 		j.series = jobSeries{
@@ -323,20 +321,6 @@ func (t *Twin) doScrape() {
 		g.scrapeDialects(ts)
 	}
 	t.scrapeNodeDialects(ts)
-	for _, n := range t.nodes {
-		n.series.unschedulable.Append(ts, b2f(n.mods.cordoned))
-		alloc := 0.0
-		if !n.mods.pluginKilled {
-			for _, g := range n.gpus {
-				// The device plugin withdraws unhealthy devices.
-				if g.usable() {
-					alloc++
-				}
-			}
-		}
-		n.series.allocatable.Append(ts, alloc)
-		n.series.ready.Append(ts, 1)
-	}
 	for _, j := range t.jobs {
 		st := t.status(j)
 		js := &j.series
@@ -374,6 +358,7 @@ func (t *Twin) doScrape() {
 			ns.remoteCPU.Append(ts, m.numaRemoteCPU)
 		}
 	}
+	t.scrapeCluster(ts)
 }
 
 // rateWindow is the least span the exported step rate is averaged over:

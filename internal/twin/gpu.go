@@ -128,6 +128,10 @@ type gpuMods struct {
 	remapFailure   bool
 	rankHung       bool
 	hangTimeout    float64 // seconds; 0 = the job's watchdog
+	// hostMemHog and hostCPUHog are the host load a hog beside the rank
+	// puts on its GPU's NUMA node (catalog.EffectHost): the share of that
+	// node's free memory taken, the share of its socket's CPUs kept busy.
+	hostMemHog, hostCPUHog float64
 }
 
 func (m *gpuMods) reset() {

@@ -105,3 +105,16 @@ func stepRate(t testing.TB, tw *Twin, d time.Duration) float64 {
 	sleep(t, tw, d)
 	return float64(status(t, tw).StepsComputed-before) / d.Seconds()
 }
+
+// nodeGPUAllocatable is the node's allocatable GPUs as kube-state-metrics
+// exports them.
+func nodeGPUAllocatable(t *testing.T, tw *Twin, node string) *series.Series {
+	t.Helper()
+	for _, s := range tw.Select("kube_node_status_allocatable") {
+		if s.Labels.Get("node") == node && s.Labels.Get("resource") == "nvidia_com_gpu" {
+			return s
+		}
+	}
+	t.Fatalf("no allocatable GPUs of %s", node)
+	return nil
+}

@@ -75,6 +75,7 @@ type job struct {
 
 	step, computed, lostSteps int64
 	restarts                  int
+	exits                     int  // crashes: the pods' containers exited and restarted
 	relaunching               bool // down for a clean relaunch, not a crash
 	resumedFrom               int64
 	lastCrash                 string
@@ -384,6 +385,9 @@ func (t *Twin) crashAfter(j *job, reason string, grace time.Duration) {
 		j.downSince = t.now
 	}
 	j.lastCrash = reason
+	// Every worker container of the job exits with it; the kubelet
+	// starts it again (kube_pod_container_status_restarts_total).
+	j.exits++
 	j.state = jobRestarting
 	j.gen++
 	j.write = nil // a partial checkpoint is discarded
