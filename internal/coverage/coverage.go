@@ -7,6 +7,7 @@ package coverage
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"runtime"
 	"slices"
 	"strconv"
@@ -40,10 +41,12 @@ type Options struct {
 	// OptIn lists the opt-in exporter counters the rules' static analysis
 	// may count on, beside those the twin's spec enables.
 	OptIn []string
-	// Exporters names the exporters the fleet runs, for the rules' static
-	// analysis (rules.Exporters lists them); nil means
-	// rules.DefaultExporters. Counters, when not nil, is the exact list of
-	// what dcgm-exporter exports (the fleet's counters CSV).
+	// Exporters names the exporters the fleet runs (rules.Exporters lists
+	// them): the rules' static analysis counts on their metrics and the
+	// twin exports the GPU exporters' series among them. nil means those
+	// Spec declares (by default rules.DefaultExporters). Counters, when
+	// not nil, is the exact list of what dcgm-exporter exports (the
+	// fleet's counters CSV).
 	Exporters []string
 	Counters  []string
 	// Recommended, when set, is the pack from which a rule is proposed for
@@ -240,6 +243,18 @@ func jobName(inv inventory.Inventory) string {
 }
 
 func (o *Options) defaults() {
+	// One list of exporters serves the rules' analysis and the twin, so a
+	// rule the analysis keeps reads on the twin what the fleet exports:
+	// --exporter when given, else what the spec declares (by default
+	// rules.DefaultExporters, which twin.DefaultExporters equals).
+	if reflect.ValueOf(o.Spec).IsZero() {
+		o.Spec = twin.Default()
+	}
+	if o.Exporters == nil {
+		o.Exporters = slices.Clone(o.Spec.Exporter.Exporters)
+	} else {
+		o.Spec.Exporter.Exporters = slices.Clone(o.Exporters)
+	}
 	if o.Faults == nil {
 		o.Faults = catalog.All()
 	}

@@ -19,6 +19,8 @@ type seriesStore struct {
 	byMetric map[string][]*series.Series
 	// gpuMetrics are the enabled per-GPU metrics, in export order.
 	gpuMetrics []gpuMetric
+	// nodeDialect are the declared exporters' series about themselves.
+	nodeDialect []nodeDialectSeries
 }
 
 type nodeSeries struct {
@@ -219,6 +221,7 @@ func (s *seriesStore) init(t *Twin) {
 			g.series[i] = s.add(m.name, ls)
 		}
 	}
+	s.initDialects(t)
 	for _, n := range t.nodes {
 		n.series = nodeSeries{
 			unschedulable: s.add("kube_node_spec_unschedulable", labels("node", n.name)),
@@ -300,13 +303,16 @@ func (t *Twin) doScrape() {
 			for i := range t.store.gpuMetrics {
 				g.series[i].MarkStale(ts)
 			}
+			g.staleDialects(ts)
 			continue
 		}
 		g.noise.draw(t.noiseRNG)
 		for i, m := range t.store.gpuMetrics {
 			g.series[i].Append(ts, m.value(g))
 		}
+		g.scrapeDialects(ts)
 	}
+	t.store.scrapeNodeDialects(ts)
 	for _, n := range t.nodes {
 		n.series.unschedulable.Append(ts, b2f(n.mods.cordoned))
 		alloc := 0.0

@@ -2,6 +2,7 @@ package twin
 
 import (
 	"math"
+	"math/bits"
 
 	"github.com/gpuchaos/gpuchaos/internal/series"
 )
@@ -22,6 +23,7 @@ const (
 	reasonHWThermal    = 0x40  // nvmlClocksEventReasonHwThermalSlowdown
 	reasonPowerBrakeHW = 0x80  // nvmlClocksEventReasonHwPowerBrakeSlowdown
 	reasonDisplayClock = 0x100 // nvmlClocksEventReasonDisplayClockSetting
+	reasonBits         = 9
 )
 
 // Physics constants. The power model is P = idle + (TDP − idle) · a ·
@@ -71,6 +73,10 @@ type gpu struct {
 	reasons                                uint64
 	powerViolUs, thermalViolUs             float64
 	lowUtilViolUs                          float64 // time held at the idle clock
+	// reasonUs is the time each clock-event reason bit has been active,
+	// by bit: NVML's per-reason counters, which nvidia-smi prints as
+	// clocks_event_reasons_counters.*.
+	reasonUs [reasonBits]float64
 
 	// What the workload makes the GPU do; set when a step starts.
 	act        float64 // power activity 0..1
@@ -96,6 +102,7 @@ type gpu struct {
 	mods                   gpuMods
 	noise                  telemetryNoise   // this scrape's reading noise
 	series                 []*series.Series // per enabled GPU metric, in gpuMetrics order
+	dialect                []dialectSeries  // the declared dialects' series
 }
 
 // gpuMods is what the active effects do to a GPU, recomputed from scratch
@@ -261,6 +268,9 @@ func (g *gpu) step(t *Twin, dt float64) {
 			g.thermalViolUs += dt * 1e6
 		}
 	}
+	for r := g.reasons; r != 0; r &= r - 1 {
+		g.reasonUs[bits.TrailingZeros64(r)] += dt * 1e6
+	}
 	if g.mods.offBus {
 		a, f = 0, 0
 	}
@@ -303,6 +313,7 @@ func (g *gpu) settle(t *Twin) {
 	}
 	g.energyJ = 0
 	g.powerViolUs, g.thermalViolUs, g.lowUtilViolUs = 0, 0, 0
+	g.reasonUs = [reasonBits]float64{}
 }
 
 // fbUsedMiB is the framebuffer in use, as DCGM counts it (the driver's

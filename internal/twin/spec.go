@@ -124,7 +124,7 @@ type VariabilitySpec struct {
 	Class string `json:"class" yaml:"class"`
 }
 
-// ExporterSpec says what dcgm-exporter exports.
+// ExporterSpec says what the nodes' exporters export.
 type ExporterSpec struct {
 	// ScrapeInterval defaults to 30s, dcgm-exporter's collection interval.
 	ScrapeInterval time.Duration `json:"scrapeInterval" yaml:"scrapeInterval"`
@@ -132,6 +132,12 @@ type ExporterSpec struct {
 	Counters []string `json:"counters" yaml:"counters"`
 	// OptIn adds counters that are off by default (OptInCounters()).
 	OptIn []string `json:"optIn" yaml:"optIn"`
+	// Exporters names the exporters the fleet runs (Exporters() lists the
+	// known names); default DefaultExporters(). dcgm-exporter's series and
+	// the twin's own are exported whatever it says; another GPU exporter
+	// named here (dcgm-exporter-1.x, nvidia_gpu_exporter, …) adds its
+	// series, read off the same GPUs.
+	Exporters []string `json:"exporters" yaml:"exporters"`
 }
 
 // Checkpoint modes.
@@ -602,6 +608,14 @@ func (e *ExporterSpec) normalize() error {
 	for i, c := range e.OptIn {
 		if !slices.Contains(OptInCounters(), c) {
 			return fieldErr(fmt.Sprintf("exporter.optIn[%d]", i), "unknown opt-in counter %q (known: %s)", c, strings.Join(OptInCounters(), ", "))
+		}
+	}
+	if e.Exporters == nil {
+		e.Exporters = DefaultExporters()
+	}
+	for i, x := range e.Exporters {
+		if !slices.Contains(Exporters(), x) {
+			return fieldErr(fmt.Sprintf("exporter.exporters[%d]", i), "unknown exporter %q (known: %s)", x, strings.Join(Exporters(), ", "))
 		}
 	}
 	return nil

@@ -93,6 +93,7 @@ func TestBadSpecs(t *testing.T) {
 		{"unknown failure class", "failureRates: {cosmic-rays: 1e-6}\n", "failureRates.cosmic-rays"},
 		{"negative rate", "failureRates: {hbm3: -1}\n", "failureRates.hbm3"},
 		{"unknown opt-in", "exporter: {optIn: [DCGM_FI_DEV_NOPE]}\n", "exporter.optIn[0]"},
+		{"unknown exporter", "exporter: {exporters: [nvidia-smi]}\n", "exporter.exporters[0]"},
 		{"scrape too fast", "exporter: {scrapeInterval: 100ms}\n", "exporter.scrapeInterval"},
 		{"job without name", "jobs: [{gpus: all}]\n", "jobs[0].name"},
 		{"too many ranks", "jobs: [{name: a, ranks: 17}]\n", "jobs[0].ranks"},

@@ -383,6 +383,7 @@ func cloneSpec(s ClusterSpec) ClusterSpec {
 	c.FailureRates = cloneMap(s.FailureRates)
 	c.Exporter.Counters = slices.Clone(s.Exporter.Counters)
 	c.Exporter.OptIn = slices.Clone(s.Exporter.OptIn)
+	c.Exporter.Exporters = slices.Clone(s.Exporter.Exporters)
 	c.Jobs = slices.Clone(s.Jobs)
 	return c
 }
