@@ -85,7 +85,7 @@ func TestPrometheusAgreesWithCoverage(t *testing.T) {
 	if _, err := os.Stat(prometheusBin); err != nil {
 		t.Fatalf("%s: %v; this test needs the Prometheus server: run scripts/setup-prometheus (as root) to install it from Debian's packages", prometheusBin, err)
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	defer cancel()
 	if dl, ok := t.Deadline(); ok {
 		var c context.CancelFunc
