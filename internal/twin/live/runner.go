@@ -46,6 +46,10 @@ const (
 	catchUpTicks = 10
 )
 
+// maxCatchUpRounds bounds the rounds New takes to catch up the wall time
+// its warm-up took.
+const maxCatchUpRounds = 10
+
 // trimFraction sets how often history is trimmed: every tenth of the
 // retention in virtual time, so at most 10 % more than the retention is
 // ever held and the copying is spread thin.
@@ -176,16 +180,19 @@ func New(ctx context.Context, opts Options) (*Runner, error) {
 	}
 	// The warm-up itself took wall time, which the twin would otherwise
 	// lag by for ever (a second or two for an hour at 1 s scrapes): catch
-	// it up, in a few rounds that each take less time than the one
-	// before, to within a tick. Past a few rounds the twin is slower than
-	// Speed, and ticks slip it anyway.
+	// it up to within a tick, each round at most what one tick may catch
+	// up. A round that leaves the twin further behind means it simulates
+	// slower than Speed asks, and ticks would slip it anyway: stop there.
 	virtAt := tw.Now()
-	for range 3 {
+	limit := time.Duration(float64(max(catchUpTicks*r.tick, minCatchUp)) * r.speed)
+	last := time.Duration(math.MaxInt64)
+	for range maxCatchUpRounds {
 		behind := time.Duration(float64(time.Since(wallAt))*r.speed) - tw.Now().Sub(virtAt)
-		if behind < r.tick {
+		if behind < r.tick || behind >= last {
 			break
 		}
-		if err := tw.Sleep(ctx, behind); err != nil {
+		last = behind
+		if err := tw.Sleep(ctx, min(behind, limit)); err != nil {
 			return nil, fmt.Errorf("live twin: catch up with the wall clock: %w", err)
 		}
 	}
