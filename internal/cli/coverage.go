@@ -35,6 +35,8 @@ func newCoverageCmd() *cobra.Command {
 		output   string
 		failOn   []string
 		showProg bool
+		scrape   time.Duration
+		evalIv   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "coverage --rules FILE|DIR...",
@@ -63,6 +65,16 @@ rules. Rules that can never fire cost nothing per fault. While faults run, a
 progress line is kept on standard error when it is a terminal; --progress
 prints it as plain lines anywhere (CI logs).
 
+Times to detect depend on how often series are scraped and rules
+evaluated: by default the cluster spec's exporter.scrapeInterval (30s,
+dcgm-exporter's collection interval) and 15s for groups that set no
+interval. Give your Prometheus' scrape_interval and evaluation_interval
+(--scrape-interval, --evaluation-interval) to predict what it will show. A
+time is that of a fault starting just after a scrape and at an evaluation;
+a real fault starts anywhere between them, which moves a real Prometheus'
+time by up to one evaluation interval and one scrape interval (plus the
+exporter's own sampling) either way.
+
 Exit status: 0 once the report is written, whatever it found; 2 on bad
 input. With --fail-on, 1 when the report has findings of a kind named (the
 report is written in full first): missed (a fault no detector noticed
@@ -76,7 +88,8 @@ gpuchaos knows lists, so the twin cannot judge it: declare the metric with
   gpuchaos coverage --rules pack:typical --faults hardware,numa
   gpuchaos coverage --rules examples/rules/ --faults hardware --fail-on never-fires,unknown
   gpuchaos coverage --rules examples/rules/gpu-prometheusrule.yaml --format junit --fail-on missed,noisy > coverage.xml
-  gpuchaos coverage --rules pack:typical --format html -o coverage.html`,
+  gpuchaos coverage --rules pack:typical --format html -o coverage.html
+  gpuchaos coverage --rules pack:recommended --faults hardware.fallen-off-bus --scrape-interval 1s --evaluation-interval 1s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if len(ruleArgs) == 0 {
@@ -84,6 +97,12 @@ gpuchaos knows lists, so the twin cannot judge it: declare the metric with
 			}
 			gate, err := parseFailOn(failOn)
 			if err != nil {
+				return err
+			}
+			if err := checkInterval("--scrape-interval", scrape); err != nil {
+				return err
+			}
+			if err := checkInterval("--evaluation-interval", evalIv); err != nil {
 				return err
 			}
 			if err := checkOptIn(optIn); err != nil {
@@ -105,6 +124,9 @@ gpuchaos knows lists, so the twin cannot judge it: declare the metric with
 				if spec, err = loadCluster(cluster); err != nil {
 					return err
 				}
+			}
+			if scrape > 0 {
+				spec.Exporter.ScrapeInterval = scrape
 			}
 			// A counters CSV's fields that the twin can export are switched
 			// on there, as on the fleet.
@@ -131,7 +153,7 @@ gpuchaos knows lists, so the twin cannot judge it: declare the metric with
 				return err
 			}
 			opts := coverage.Options{Spec: spec, Faults: faults, Seed: seed, Parallel: parallel, Rules: set, OptIn: append(slices.Clone(spec.Exporter.OptIn), analysisOnly...),
-				Exporters: exporters, Counters: counters}
+				Exporters: exporters, Counters: counters, EvalInterval: evalIv}
 			if !builtin {
 				opts.Detectors = []*probe.Detector{}
 			}
@@ -170,8 +192,20 @@ gpuchaos knows lists, so the twin cannot judge it: declare the metric with
 	cmd.Flags().IntVar(&parallel, "parallel", 0, "twins run at once (default: one per CPU)")
 	cmd.Flags().StringVarP(&output, "output", "o", "", "write the report to this file instead of standard output")
 	cmd.Flags().StringSliceVar(&failOn, "fail-on", nil, "exit 1 when the report has these findings: missed, never-fires, opt-in-off, noisy, unknown; repeat or separate with commas (default: exit 0 whatever it found)")
+	cmd.Flags().DurationVar(&scrape, "scrape-interval", 0, "how often the twin's series are sampled, as your Prometheus scrapes them, 1s to 10m (default: the cluster spec's exporter.scrapeInterval, 30s)")
+	cmd.Flags().DurationVar(&evalIv, "evaluation-interval", 0, "evaluation interval of rule groups that set no interval: as Prometheus' global evaluation_interval, 1s to 10m (default 15s)")
 	cmd.Flags().BoolVar(&showProg, "progress", false, "print progress lines on standard error even when it is not a terminal (default: only on a terminal)")
 	return cmd
+}
+
+// checkInterval checks a scrape or evaluation interval given by flag: zero
+// (not given) or from a second, the twin's finest sampling, to ten
+// minutes, the default deadline, past which a detection could not count.
+func checkInterval(flag string, d time.Duration) error {
+	if d == 0 || d >= time.Second && d <= 10*time.Minute {
+		return nil
+	}
+	return fmt.Errorf("%s: must be between 1s and 10m, got %s", flag, d)
 }
 
 // writeCoverage writes the report in format f to the file named output, or

@@ -54,6 +54,9 @@ func TestCoverageBadRules(t *testing.T) {
 			"--opt-in: DCGM_FI_DEV_GPU_TEMP is exported by default (dcgm-exporter)"},
 		{"misspelt opt-in", []string{"--rules", "pack:seed", "--opt-in", "DCGM_FI_DEV_FB_TOTL"},
 			"--opt-in: DCGM_FI_DEV_FB_TOTL is not a dcgm-exporter opt-in counter gpuchaos knows; did you mean DCGM_FI_DEV_FB_TOTAL?"},
+		{"scrape interval under the twin's", []string{"--rules", "pack:seed", "--scrape-interval", "500ms"}, "--scrape-interval: must be between 1s and 10m, got 500ms"},
+		{"negative evaluation interval", []string{"--rules", "pack:seed", "--evaluation-interval", "-15s"}, "--evaluation-interval: must be between 1s and 10m, got -15s"},
+		{"evaluation interval past the deadline", []string{"--rules", "pack:seed", "--evaluation-interval", "1h"}, "--evaluation-interval: must be between 1s and 10m, got 1h0m0s"},
 		{"unknown finding", []string{"--rules", "pack:seed", "--fail-on", "missed,loud"}, `--fail-on: "loud" is not one of missed, never-fires, opt-in-off, noisy or unknown`},
 	}
 	for _, tt := range tests {

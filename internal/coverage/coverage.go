@@ -15,8 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/prometheus/promql"
-
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/engine"
@@ -60,6 +58,16 @@ type Options struct {
 	// (default 20m); Deadline is the time-to-detect that counts as a pass
 	// (default 10m).
 	Warmup, Window, Deadline time.Duration
+	// EvalInterval is the evaluation interval of rule groups that set
+	// none, as Prometheus' global evaluation_interval; zero means
+	// promeval.DefaultInterval. How often the twin's series are sampled
+	// (Prometheus' scrape interval) is Spec.Exporter.ScrapeInterval.
+	// Times to detect are those of a fault that starts just after a
+	// scrape and at an evaluation of every group (the warm-up ends on
+	// both grids). A real fault starts anywhere between them, which moves
+	// a real Prometheus' time by up to one evaluation and one scrape
+	// interval either way.
+	EvalInterval time.Duration
 	// Parallel is the number of twins run at once; default GOMAXPROCS.
 	Parallel int
 	// Progress, if set, is called after each fault run finishes: done of
@@ -301,7 +309,7 @@ func Run(ctx context.Context, opts Options) (*Result, error) {
 	res := &Result{Detectors: Builtins(opts.Detectors), Faults: make([]*FaultResult, len(opts.Faults)),
 		Rules: []RuleReport{}, Suggestions: []Suggestion{},
 		WindowSeconds: opts.Window.Seconds(), DeadlineSeconds: opts.Deadline.Seconds(), RecoverySeconds: recoveryWindow.Seconds()}
-	r := &runner{opts: opts, optIn: append(slices.Clone(opts.OptIn), opts.Spec.Exporter.OptIn...), eng: promeval.NewEngine(promeval.DefaultInterval)}
+	r := &runner{opts: opts, optIn: append(slices.Clone(opts.OptIn), opts.Spec.Exporter.OptIn...), eval: evalOptions(opts.EvalInterval)}
 	r.builtin = builtinRules(res.Detectors)
 	if opts.Rules != nil {
 		r.rules = prepare(opts.Rules, rules.AnalyzeOptions{OptIn: r.optIn, Exporters: opts.Exporters, Counters: opts.Counters})
@@ -406,9 +414,19 @@ type runner struct {
 	// engine's expectations.
 	builtin *ruleSet
 	optIn   []string
-	// eng is one PromQL engine for every evaluation (safe for concurrent
-	// use).
-	eng *promql.Engine
+	// eval holds one PromQL engine for every evaluation (safe for
+	// concurrent use) and the evaluation interval of groups that set none.
+	eval promeval.Options
+}
+
+// evalOptions is what every evaluation of a run shares: one engine, whose
+// subqueries without a step take the evaluation interval as Prometheus'
+// take its global one, and the interval itself.
+func evalOptions(interval time.Duration) promeval.Options {
+	if interval <= 0 {
+		interval = promeval.DefaultInterval
+	}
+	return promeval.Options{Engine: promeval.NewEngine(interval), Interval: interval}
 }
 
 func newTwin(opts Options) (*twin.Twin, error) {
@@ -519,7 +537,7 @@ func (r *runner) runFault(ctx context.Context, f *catalog.Fault, set *ruleSet, b
 		if set == nil {
 			continue
 		}
-		cells, err := ruleCells(ctx, r.eng, set, tw, start, rec, opts.Window, opts.Deadline, f.ID)
+		cells, err := ruleCells(ctx, r.eval, set, tw, start, rec, opts.Window, opts.Deadline, f.ID)
 		if err != nil {
 			return nil, fmt.Errorf("coverage of %s: %w", f.ID, err)
 		}
@@ -637,7 +655,7 @@ func (r *runner) baseline(ctx context.Context) (Baseline, error) {
 		if set == nil {
 			continue
 		}
-		ruleFired, err := firingRules(ctx, r.eng, set, tw, start, from)
+		ruleFired, err := firingRules(ctx, r.eval, set, tw, start, from)
 		if err != nil {
 			return Baseline{}, err
 		}

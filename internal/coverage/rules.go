@@ -8,8 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/prometheus/promql"
-
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/engine"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
@@ -244,7 +242,7 @@ func prepare(set *rules.Set, opts rules.AnalyzeOptions) *ruleSet {
 // run on tw and judges every alert column as the engine judges a probe: the
 // first firing for an injected target while the fault was in, pass within
 // the deadline, late after it, error when already firing at injection.
-func ruleCells(ctx context.Context, eng *promql.Engine, set *ruleSet, tw *twin.Twin, start time.Time, rec *engine.Record, window, deadline time.Duration, faultID string) (map[string]Cell, error) {
+func ruleCells(ctx context.Context, eval promeval.Options, set *ruleSet, tw *twin.Twin, start time.Time, rec *engine.Record, window, deadline time.Duration, faultID string) (map[string]Cell, error) {
 	// Nothing after the window counts, so the recovery watch after it,
 	// a fifth of the span, is not evaluated.
 	end := rec.InjectedAt.Add(window)
@@ -252,7 +250,7 @@ func ruleCells(ctx context.Context, eng *promql.Engine, set *ruleSet, tw *twin.T
 	if !rec.InjectedAt.IsZero() && end.After(start) && end.Before(evalEnd) {
 		evalEnd = end
 	}
-	res, err := promeval.Evaluate(ctx, set.live, tw, start, evalEnd, promeval.Options{Engine: eng})
+	res, err := promeval.Evaluate(ctx, set.live, tw, start, evalEnd, eval)
 	if err != nil {
 		return nil, fmt.Errorf("evaluate rules: %w", err)
 	}
@@ -288,8 +286,8 @@ func ruleCells(ctx context.Context, eng *promql.Engine, set *ruleSet, tw *twin.T
 // firingRules evaluates a set over a fault-free span and returns, for each
 // alert rule that fired after from, how many firing episodes its alerts
 // had there: false positives.
-func firingRules(ctx context.Context, eng *promql.Engine, set *ruleSet, tw *twin.Twin, start, from time.Time) (map[*rules.Rule]int, error) {
-	res, err := promeval.Evaluate(ctx, set.live, tw, start, tw.Now(), promeval.Options{Engine: eng})
+func firingRules(ctx context.Context, eval promeval.Options, set *ruleSet, tw *twin.Twin, start, from time.Time) (map[*rules.Rule]int, error) {
+	res, err := promeval.Evaluate(ctx, set.live, tw, start, tw.Now(), eval)
 	if err != nil {
 		return nil, fmt.Errorf("evaluate rules on the fault-free twin: %w", err)
 	}
@@ -341,7 +339,7 @@ func (r *runner) suggest(ctx context.Context, res *Result) ([]Suggestion, error)
 	if err := tw.Sleep(ctx, r.opts.Warmup+cleanHour); err != nil {
 		return nil, err
 	}
-	noisy, err := firingRules(ctx, r.eng, rec, tw, start, start.Add(r.opts.Warmup))
+	noisy, err := firingRules(ctx, r.eval, rec, tw, start, start.Add(r.opts.Warmup))
 	if err != nil {
 		return nil, err
 	}

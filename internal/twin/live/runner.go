@@ -46,6 +46,10 @@ const (
 	catchUpTicks = 10
 )
 
+// maxCatchUpRounds bounds the rounds New takes to catch up the wall time
+// its warm-up took.
+const maxCatchUpRounds = 10
+
 // trimFraction sets how often history is trimmed: every tenth of the
 // retention in virtual time, so at most 10 % more than the retention is
 // ever held and the copying is spread thin.
@@ -54,9 +58,13 @@ const trimFraction = 10
 // Options configure New. Zero values take the documented defaults.
 type Options struct {
 	// Twin configures the twin. A zero ScrapeInterval means
-	// DefaultScrapeInterval; a zero Start means the wall clock's now minus
-	// Warmup, so that after the warm-up the twin's clock reads the wall
-	// clock (at Speed 1).
+	// DefaultScrapeInterval. Start, when set, is when the twin began: New
+	// runs it from there to the wall clock's now instead of for Warmup
+	// (which must then be zero), so the twin keeps the phase of its
+	// scrapes and jobs from Start, as a coverage prediction's twin does
+	// from its own (internal/e2e). A zero Start means now minus Warmup.
+	// Either way the twin's clock reads the wall clock when New returns
+	// (at Speed 1): the wall time the warm-up took is caught up too.
 	Twin twin.Options
 	// Speed is virtual seconds per wall second, at most MaxSpeed; zero
 	// means 1.
@@ -64,7 +72,9 @@ type Options struct {
 	// Tick is how often Start advances the twin; zero means DefaultTick.
 	Tick time.Duration
 	// Warmup is virtual time New runs before returning, so baselines and
-	// rates exist from the first scrape; at most twin.MaxWarmup.
+	// rates exist from the first scrape; at most twin.MaxWarmup. Zero
+	// when Twin.Start is set, whose distance from now must respect the
+	// same limit.
 	Warmup time.Duration
 	// Retention is how much sample history is kept; zero means
 	// DefaultRetention, negative keeps everything. It is also the twin's
@@ -121,6 +131,24 @@ func New(ctx context.Context, opts Options) (*Runner, error) {
 	if err := twin.CheckWarmup("warm-up", opts.Warmup); err != nil {
 		return nil, fmt.Errorf("live twin: %w", err)
 	}
+	// The instant the twin's clock is to read once warm: now.
+	wallAt := time.Now()
+	to := opts.Twin
+	warm := opts.Warmup
+	switch {
+	case to.Start.IsZero():
+		to.Start = wallAt.Add(-warm).Truncate(time.Millisecond)
+		warm = wallAt.Sub(to.Start)
+	case warm != 0:
+		return nil, fmt.Errorf("live twin: a start time (%s) and a warm-up (%s) both say how long to run before now; give one", to.Start.Format(time.RFC3339Nano), warm)
+	case to.Start.After(wallAt):
+		return nil, fmt.Errorf("live twin: start time %s is in the future", to.Start.Format(time.RFC3339Nano))
+	default:
+		warm = wallAt.Sub(to.Start)
+		if err := twin.CheckWarmup("warm-up from the start time", warm); err != nil {
+			return nil, fmt.Errorf("live twin: %w", err)
+		}
+	}
 	r := &Runner{speed: opts.Speed, tick: opts.Tick, retention: opts.Retention, log: opts.Logger}
 	if r.speed == 0 {
 		r.speed = 1
@@ -134,23 +162,41 @@ func New(ctx context.Context, opts Options) (*Runner, error) {
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
-	to := opts.Twin
 	if to.ScrapeInterval == 0 {
 		to.ScrapeInterval = DefaultScrapeInterval
 	}
 	if to.Retention == 0 {
 		to.Retention = r.retention
 	}
-	if to.Start.IsZero() {
-		to.Start = time.Now().Add(-opts.Warmup).Truncate(time.Millisecond)
-	}
 	tw, err := twin.New(to)
 	if err != nil {
 		return nil, fmt.Errorf("live twin: %w", err)
 	}
-	if err := tw.Sleep(ctx, opts.Warmup); err != nil {
+	if err := tw.Sleep(ctx, warm); err != nil {
+		if opts.Warmup == 0 {
+			return nil, fmt.Errorf("live twin: warm up from %s: %w", to.Start.Format(time.RFC3339Nano), err)
+		}
 		return nil, fmt.Errorf("live twin: warm up for %s: %w", opts.Warmup, err)
 	}
+	// The warm-up itself took wall time, which the twin would otherwise
+	// lag by for ever (a second or two for an hour at 1 s scrapes): catch
+	// it up to within a tick, each round at most what one tick may catch
+	// up. A round that leaves the twin further behind means it simulates
+	// slower than Speed asks, and ticks would slip it anyway: stop there.
+	virtAt := tw.Now()
+	limit := time.Duration(float64(max(catchUpTicks*r.tick, minCatchUp)) * r.speed)
+	last := time.Duration(math.MaxInt64)
+	for range maxCatchUpRounds {
+		behind := time.Duration(float64(time.Since(wallAt))*r.speed) - tw.Now().Sub(virtAt)
+		if behind < r.tick || behind >= last {
+			break
+		}
+		last = behind
+		if err := tw.Sleep(ctx, min(behind, limit)); err != nil {
+			return nil, fmt.Errorf("live twin: catch up with the wall clock: %w", err)
+		}
+	}
+	r.wall0, r.virt0 = time.Now(), tw.Now()
 	r.trim(tw)
 	seen := map[string]bool{}
 	for _, s := range tw.Series() {
@@ -160,7 +206,6 @@ func New(ctx context.Context, opts Options) (*Runner, error) {
 		}
 	}
 	r.tw = tw
-	r.wall0, r.virt0 = time.Now(), tw.Now()
 	r.handler = exposition.Handler(exposition.Options{Gather: r.gather, Healthy: r.Running, Logger: r.log})
 	return r, nil
 }

@@ -432,6 +432,10 @@ func TestNew(t *testing.T) {
 		{"warm-up past the limit", t.Context(), Options{Warmup: 10000 * time.Hour}, "warm-up: at most 24h0m0s, got 10000h0m0s", nil},
 		{"invalid cluster", t.Context(), Options{Twin: twin.Options{Spec: twin.ClusterSpec{Nodes: twin.NodesSpec{Model: "Z9000"}}}}, "Z9000", nil},
 		{"warm-up cancelled", cancelled, Options{Warmup: time.Hour}, "warm up for 1h0m0s", context.Canceled},
+		{"start and warm-up", t.Context(), Options{Twin: twin.Options{Start: time.Now().Add(-time.Hour)}, Warmup: time.Minute},
+			"and a warm-up (1m0s) both say how long to run before now; give one", nil},
+		{"start in the future", t.Context(), Options{Twin: twin.Options{Start: time.Now().Add(time.Hour)}}, "is in the future", nil},
+		{"start too long ago", t.Context(), Options{Twin: twin.Options{Start: time.Now().Add(-25 * time.Hour)}}, "warm-up from the start time: at most 24h0m0s", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -444,6 +448,26 @@ func TestNew(t *testing.T) {
 			}
 		})
 	}
+	t.Run("start", func(t *testing.T) {
+		// A start off the second: the twin keeps its phase, and reads
+		// the wall clock once warm.
+		start := time.Now().Add(-3 * time.Minute).Truncate(time.Second).Add(123 * time.Millisecond)
+		before := time.Now()
+		r, err := New(t.Context(), Options{Twin: twin.Options{Start: start}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now := r.Now(); now.Before(before) {
+			t.Errorf("twin time %s after the warm-up, before the wall clock's %s when New was called", now, before)
+		}
+		r.WithTwin(func(tw *twin.Twin) {
+			for _, smp := range tw.Select("DCGM_FI_DEV_GPU_TEMP")[0].Samples {
+				if d := smp.Time().Sub(start); d%DefaultScrapeInterval != 0 {
+					t.Fatalf("sample at %s, %s after the start: off its scrape grid", smp.Time().Format(time.RFC3339Nano), d)
+				}
+			}
+		})
+	})
 	t.Run("defaults", func(t *testing.T) {
 		before := time.Now()
 		r, err := New(t.Context(), Options{Warmup: 10 * time.Minute})
