@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -226,7 +227,8 @@ func TestCorpusLoadsAsPromtool(t *testing.T) {
 // TestCorpusCoverage runs the whole catalogue against every rule of the
 // corpus on the twin and pins each rule's verdict and the faults it
 // detects in testdata/corpus.golden (refresh with -update; VERDICTS.md
-// beside the corpus says by hand why each rule that never fires does not).
+// beside the corpus says by hand whether each verdict is right, and
+// TestCorpusVerdictsMatchGoldens holds its counts to the goldens).
 func TestCorpusCoverage(t *testing.T) {
 	set, err := rules.LoadFiles(corpusFiles(t)...)
 	if err != nil {
@@ -272,6 +274,102 @@ func TestCorpusCoverage(t *testing.T) {
 	compareGolden(t, fleetsGolden, fleets.Bytes())
 }
 
+// verdictsFile is the hand check of the corpus' verdicts (issue 14).
+const verdictsFile = corpusDir + "/VERDICTS.md"
+
+// TestCorpusVerdictsMatchGoldens holds VERDICTS.md to the goldens: its two
+// counts lines ("default exporters: …", "own fleets: …") must equal the
+// goldens' counts lines (the fleets' summed), and its table by file must
+// give each corpus file's rule count and statuses in both runs. A golden
+// refreshed with -update that moves a verdict fails here until the hand
+// check is read again.
+func TestCorpusVerdictsMatchGoldens(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(verdictsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(doc), "\n")
+	runs := []struct{ name, golden string }{
+		{"default exporters", corpusGolden},
+		{"own fleets", fleetsGolden},
+	}
+	perFile := map[string][2]map[string]int{}
+	for i, run := range runs {
+		data, err := os.ReadFile(run.golden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := map[string]int{}
+		for _, l := range strings.Split(string(data), "\n") {
+			if counts, ok := strings.CutPrefix(l, "# counts by status: "); ok {
+				for _, kv := range strings.Fields(counts) {
+					k, v, _ := strings.Cut(kv, "=")
+					n, err := strconv.Atoi(v)
+					if err != nil {
+						t.Fatalf("%s: bad count %q", run.golden, kv)
+					}
+					total[k] += n
+				}
+				continue
+			}
+			if l == "" || strings.HasPrefix(l, "#") {
+				continue
+			}
+			f := strings.Split(l, " | ")
+			if len(f) != 6 {
+				t.Fatalf("%s: bad line %q", run.golden, l)
+			}
+			file := f[0][:strings.LastIndex(f[0], ":")]
+			c := perFile[file]
+			if c[i] == nil {
+				c[i] = map[string]int{}
+			}
+			c[i][f[4]]++
+			perFile[file] = c
+		}
+		want := run.name + ": " + renderCounts(total)
+		if !slices.Contains(lines, want) {
+			t.Errorf("%s lacks the line %q (the counts of %s)", verdictsFile, want, run.golden)
+		}
+	}
+	rows := map[string]string{}
+	for _, l := range lines {
+		f := strings.Split(l, " | ")
+		if len(f) == 4 && strings.HasPrefix(f[0], "| ") && strings.HasSuffix(f[0], ".yaml") && strings.HasSuffix(f[3], " |") {
+			rows[strings.TrimPrefix(f[0], "| ")] = l
+		}
+	}
+	for _, p := range corpusFiles(t) {
+		file := filepath.Base(p)
+		c := perFile[file]
+		n := 0
+		for _, v := range c[0] {
+			n += v
+		}
+		want := fmt.Sprintf("| %s | %d | %s | %s |", file, n, renderCounts(c[0]), renderCounts(c[1]))
+		if got, ok := rows[file]; !ok {
+			t.Errorf("%s: no row for %s in the table by file; want %q", verdictsFile, file, want)
+		} else if got != want {
+			t.Errorf("%s: row for %s\n got %q\nwant %q", verdictsFile, file, got, want)
+		}
+		delete(rows, file)
+	}
+	for file := range rows {
+		t.Errorf("%s: %s is not in the corpus", verdictsFile, file)
+	}
+}
+
+// renderCounts writes counts as the goldens' counts lines do: status=n,
+// sorted by status, separated by spaces.
+func renderCounts(counts map[string]int) string {
+	var parts []string
+	for _, s := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", s, counts[s]))
+	}
+	return strings.Join(parts, " ")
+}
+
 // compareGolden compares got with the golden file at path, or writes it
 // under -update.
 func compareGolden(t *testing.T, path string, got []byte) {
@@ -304,11 +402,7 @@ func corpusReport(res *coverage.Result) []byte {
 		}
 		fmt.Fprintf(&b, "%s | %s | %s | %s | %s | %s\n", strings.TrimPrefix(r.Source, corpusDir+"/"), r.Group, r.Name, r.Kind, r.Status, detects)
 	}
-	b.WriteString("# counts by status:")
-	for _, s := range slices.Sorted(maps.Keys(counts)) {
-		fmt.Fprintf(&b, " %s=%d", s, counts[s])
-	}
-	b.WriteString("\n")
+	fmt.Fprintf(&b, "# counts by status: %s\n", renderCounts(counts))
 	return b.Bytes()
 }
 
