@@ -328,9 +328,7 @@ func checkOptIn(vals []string) error {
 func exporterNames() []string {
 	var out []string
 	for _, e := range rules.Exporters() {
-		if e.Name != "prometheus" {
-			out = append(out, e.Name)
-		}
+		out = append(out, e.Name)
 	}
 	return out
 }

@@ -36,9 +36,12 @@ func TestEveryAdviceIsAccepted(t *testing.T) {
 			counts["ok"]++
 			continue
 		}
-		var opts rules.AnalyzeOptions
-		switch {
-		case strings.Contains(an.Reason, "--exporter dcgm-exporter=FILE"):
+		// Follow every piece of advice the reason gives, together: an
+		// opt-in metric of an undeclared exporter needs both flags.
+		opts := rules.AnalyzeOptions{Exporters: rules.DefaultExporters()}
+		followed := false
+		if strings.Contains(an.Reason, "--exporter dcgm-exporter=FILE") {
+			followed = true
 			counts["counters CSV"]++
 			file := filepath.Join(dir, m.Name+".csv")
 			if err := os.WriteFile(file, []byte(m.Name+", gauge, as advised\n"), 0o600); err != nil {
@@ -49,24 +52,28 @@ func TestEveryAdviceIsAccepted(t *testing.T) {
 				t.Errorf("%s: the analysis says %q and --exporter refuses the file: %v", m.Name, an.Reason, err)
 				continue
 			}
-			opts = rules.AnalyzeOptions{Exporters: append(names, rules.DefaultExporters()...), Counters: counters}
-		case declareRe.MatchString(an.Reason):
+			opts.Exporters, opts.Counters = append(opts.Exporters, names...), counters
+		}
+		if sm := declareRe.FindStringSubmatch(an.Reason); sm != nil {
+			followed = true
 			counts["--exporter"]++
-			name := declareRe.FindStringSubmatch(an.Reason)[1]
-			names, _, err := parseExporters([]string{name})
+			names, _, err := parseExporters([]string{sm[1]})
 			if err != nil {
-				t.Errorf("%s: the analysis says %q and --exporter refuses %s: %v", m.Name, an.Reason, name, err)
+				t.Errorf("%s: the analysis says %q and --exporter refuses %s: %v", m.Name, an.Reason, sm[1], err)
 				continue
 			}
-			opts = rules.AnalyzeOptions{Exporters: append(names, rules.DefaultExporters()...)}
-		case strings.Contains(an.Reason, "opt-in"):
+			opts.Exporters = append(opts.Exporters, names...)
+		}
+		if strings.Contains(an.Reason, "--opt-in") || strings.Contains(an.Reason, "pass it as opt-in") {
+			followed = true
 			counts["--opt-in"]++
 			if err := checkOptIn([]string{m.Name}); err != nil {
 				t.Errorf("%s: the analysis says %q and --opt-in refuses it: %v", m.Name, an.Reason, err)
 				continue
 			}
-			opts = rules.AnalyzeOptions{OptIn: []string{m.Name}}
-		default:
+			opts.OptIn = []string{m.Name}
+		}
+		if !followed {
 			t.Errorf("%s is %s with no advice a flag can follow: %q", m.Name, an.Status, an.Reason)
 			continue
 		}

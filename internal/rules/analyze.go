@@ -634,6 +634,9 @@ func (a *analyzer) explain(name string, visiting map[string]bool) string {
 		m := a.cat.known[i]
 		if !a.declared[m.Source] {
 			s := fmt.Sprintf("%s, which %s exports, an exporter this fleet does not run (declare it with --exporter %s)", name, m.Source, m.Source)
+			if m.Availability == AvailOptIn {
+				s = fmt.Sprintf("%s, which %s exports only once enabled there, an exporter this fleet does not run (declare it with --exporter %s, enable the metric and pass it with --opt-in)", name, m.Source, m.Source)
+			}
 			if e, ok := lookupElsewhere(name); ok && e.equivalent != "" {
 				s += fmt.Sprintf("; did you mean %s (%s)?", e.equivalent, a.use(e.equivalent).Availability)
 			}
