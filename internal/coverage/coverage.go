@@ -568,7 +568,11 @@ func impact(before, after twin.JobStatus, ranks int) JobImpact {
 	prod := after.ProductiveSeconds - before.ProductiveSeconds
 	j := JobImpact{Restarts: after.Restarts - before.Restarts}
 	if wall > 0 {
-		j.Goodput = prod / wall
+		// A restart from a checkpoint older than the window loses work
+		// done before it: the window's net progress is negative. That
+		// work counts in the GPU-hours lost; goodput, a share of the
+		// window's time, is 0 at worst.
+		j.Goodput = max(0, prod/wall)
 		j.LostGPUHours = (wall - prod) * float64(ranks) / 3600
 	}
 	return j
@@ -587,8 +591,8 @@ func impactAround(before, pre, post, after twin.JobStatus, ranks int) JobImpact 
 	prod := pre.ProductiveSeconds - before.ProductiveSeconds + after.ProductiveSeconds - post.ProductiveSeconds
 	j := JobImpact{Restarts: after.Restarts - before.Restarts}
 	if wall > 0 {
-		j.Goodput = prod / wall
-		j.LostGPUHours = (after.WallSeconds - before.WallSeconds) * (1 - j.Goodput) * float64(ranks) / 3600
+		j.LostGPUHours = (after.WallSeconds - before.WallSeconds) * (1 - prod/wall) * float64(ranks) / 3600
+		j.Goodput = max(0, prod/wall)
 	}
 	return j
 }
