@@ -102,6 +102,19 @@ func TestShapes(t *testing.T) {
 			links:    map[string]string{"0-7": "NV18"},
 			nicLinks: map[string]string{"GPU0-NIC0": "PIX", "GPU7-NIC1": "PIX", "NIC0-NIC1": "SYS"},
 			gpu:      3, cpu: ""},
+		// Issue 14, real pastes: vLLM's collect_env on a box whose
+		// nvidia-smi left CPU and NUMA Affinity blank (tabs expanded to
+		// spaces), and lmdeploy's check_env with device-named NIC columns
+		// and no GPU NUMA ID column.
+		{file: "vllm19607-blank-affinity.txt", gpus: 2, nics: 8,
+			links:    map[string]string{"0-1": "NV12"},
+			nicLinks: map[string]string{"GPU0-NIC6": "PXB", "GPU1-NIC0": "SYS", "NIC0-NIC1": "PIX", "NIC6-NIC7": "PIX", "NIC0-NIC2": "SYS"},
+			gpu:      1, cpu: ""},
+		{file: "lmdeploy1944-mlx-header.txt", gpus: 2, nics: 8,
+			links:    map[string]string{"0-1": "NV12"},
+			nicLinks: map[string]string{"GPU0-mlx5_6": "PXB", "GPU1-mlx5_4": "NODE", "GPU0-mlx5_0": "SYS", "mlx5_2-mlx5_3": "PIX"},
+			gpu:      1, cpu: "48-95,144-191", numa: intp(1),
+			nicDev: map[string]string{"mlx5_7": "mlx5_7"}},
 		{file: "h200x2-real.txt", gpus: 2, links: map[string]string{"0-1": "NV18"}, gpu: 1, cpu: "0-31", numa: intp(0)},
 		{file: "h200x2-real-tty.txt", gpus: 2, links: map[string]string{"0-1": "NV18"}, gpu: 0, cpu: "0-31", numa: intp(0)},
 		{file: "h100x8-nics.txt", gpus: 8, nics: 10,
@@ -186,6 +199,12 @@ func TestParseErrors(t *testing.T) {
 		{"gpu numbering", "\tGPU0\tGPU2\tCPU Affinity\n", "topo: line 1: header: column GPU2 where GPU1 was expected"},
 		{"unknown trailing column", "\tGPU0\tCPU Affinity\tColour\n", `topo: line 1: header: unknown column "Colour" after "CPU Affinity"`},
 		{"duplicate column", "\tGPU0\tNIC0\tNIC0\tCPU Affinity\n", "topo: line 1: header: column NIC0 appears twice"},
+		// Issue 14: a real paste (vllm-project/vllm#13855) whose copy lost
+		// the tab between NIC8 and NIC9 in the header and between two cells
+		// in GPU4-7's rows; it must fail, not shift columns.
+		{"merged header cells", "\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tNIC0\tNIC1\tNIC2\tNIC3\tNIC4\tNIC5\tNIC6\tNIC7\tNIC8NIC9\tNIC10\tNIC11\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n" +
+			"GPU0\t X \tNV18\tNV18\tNV18\tNV18\tNV18\tNV18\tNV18\tPXB\tNODE\tNODE\tNODE\tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\tSYS\tSYS\t0-55,112-167\t0\t\tN/A\n",
+			"topo: line 2: row GPU0 has 23 cells, header has 22"},
 		{"GPU after NIC", "\tGPU0\tNIC0\tGPU1\tCPU Affinity\n", "topo: line 1: header: GPU column GPU1 after a NIC column"},
 	}
 	for _, tt := range tests {

@@ -2,8 +2,8 @@
 // the catalogue message each prints and the action it calls for, a formatter
 // that writes a line exactly as the driver does, and a parser that reads XID
 // and NVSwitch SXid events back out of kernel log text in any common shape
-// (raw /dev/kmsg records, dmesg with monotonic or ctime stamps, journalctl
-// and syslog lines).
+// (raw /dev/kmsg records, dmesg with monotonic, ctime or ISO stamps and
+// with -x's facility and level, journalctl and syslog lines).
 //
 // The injector and the twin write lines with FormatLine; detectors and
 // 'gpuchaos xid parse' read them with ParseLine. Both take codes and actions

@@ -161,10 +161,11 @@ const (
 // XID or SXid. It accepts the NVRM text alone or behind any prefix: a
 // /dev/kmsg record header (prio,seq,usec,flags;), a syslog priority (<3>),
 // a dmesg stamp ([ 1234.567890], optionally followed by a caller tag such
-// as [ T1946]), a dmesg -T stamp, or a syslog/journalctl "Nov 30 02:27:31
-// host kernel:" prefix. Continuation lines of a /dev/kmsg record
-// (" KEY=value") and the detail lines NVSwitch prints after an SXid
-// ("Severity …", "Data {…}") are not events.
+// as [ T1946]), a dmesg -T stamp, a syslog/journalctl "Nov 30 02:27:31
+// host kernel:" prefix, or a dmesg -x "kern  :err   : " facility and
+// level. Continuation lines of a /dev/kmsg record (" KEY=value") and the
+// detail lines NVSwitch prints after an SXid ("Severity …", "Data {…}")
+// are not events.
 func ParseLine(line string) (Event, bool) {
 	line = strings.TrimRight(line, "\r\n")
 	if isKmsgContinuation(line) {
@@ -182,18 +183,21 @@ func ParseLine(line string) (Event, bool) {
 		ev, ok := parseSXID(line[i+len(sxidMarker)-1:])
 		if ok {
 			ev.Time = stamp(line[:i])
+			ev.Message = unquote(line[:i], ev.Message)
 		}
 		return ev, ok
 	}
 	return Event{}, false
 }
 
-// unquote drops the closing quote from msg when the NVRM text was quoted in
-// the line ("NVRM: Xid …", 'NVRM: Xid …' as pasted in a message or a
-// JSON log field), with the comma or semicolon a list puts after it. The
-// opening quote must stand right before "NVRM:" or open the line (after
-// any "> " of a quoted reply); a message that merely ends in a quote keeps
-// it.
+// unquote drops the closing quote from msg when the NVRM or SXid text was
+// quoted in the line ("NVRM: Xid …", 'NVRM: Xid …' as pasted in a message
+// or a JSON log field), with the comma, semicolon, brace or bracket a list
+// or a JSON object puts after it. The opening quote must stand right before
+// "NVRM:" or open the line (after any "> " of a quoted reply), or the
+// prefix must leave a JSON string open ({"line":"kern  :err   : … ", as a
+// log shipper or gpud writes a kernel line: issue 14); a message that
+// merely ends in a quote keeps it.
 func unquote(prefix, msg string) string {
 	closing, ok := "", false
 	if q, _ := utf8.DecodeLastRuneInString(prefix); q != utf8.RuneError {
@@ -204,10 +208,14 @@ func unquote(prefix, msg string) string {
 		q, _ := utf8.DecodeRuneInString(strings.TrimLeft(prefix, " \t>"))
 		closing, ok = quotePairs[q]
 	}
+	if !ok && (strings.Count(prefix, `"`)-strings.Count(prefix, `\"`))%2 == 1 {
+		// Or the line is a JSON string opened in the prefix.
+		closing, ok = `"`, true
+	}
 	if !ok {
 		return msg
 	}
-	m := strings.TrimRight(msg, " \t,;")
+	m := strings.TrimRight(msg, " \t,;}]")
 	if cut, found := strings.CutSuffix(m, closing); found {
 		return strings.TrimRight(cut, " ")
 	}
@@ -262,7 +270,7 @@ func parseSXIDDetail(line string) (Event, bool) {
 	if !ok || !isSXIDDetail(body) {
 		return Event{}, false
 	}
-	body = strings.TrimSpace(body)
+	body = unquote(line[:i], strings.TrimSpace(body))
 	return Event{Kind: KindSXID, Code: code, PCI: pci, Message: body,
 		Action: ActionInvestigate, Time: stamp(line[:i])}, true
 }
@@ -464,6 +472,10 @@ var (
 	// stamps. journalctl writes the month in the reader's locale: "Nov",
 	// "kwi" (pl_PL), "oct." (fr_FR), "11月" (zh_CN, ja_JP).
 	bsdRE = regexp.MustCompile(`^(?:\p{L}{2,10}\.?|\d{1,2}\p{L}) +\d{1,2},? \d\d:\d\d:\d\d(?:\.\d+)?`)
+	// decodeRE matches the facility and level util-linux dmesg writes with
+	// -x (--decode), "kern  :err   : ", before its stamp: an ISO one with
+	// --time-format iso ("2025-01-25T10:34:54,859532+00:00"), or "[ 1.2]".
+	decodeRE = regexp.MustCompile(`^[a-z]+ *:[a-z]+ *: +`)
 	// talosRE matches a talosctl dmesg prefix,
 	// "node: kern: warning: [2025-09-13T20:46:45.810476849Z]: ", with or
 	// without the node name talosctl puts in front for -n.
@@ -513,6 +525,9 @@ func stampAt(p string) (s, rest string, tag bool) {
 			// RFC 5424 puts its version, "1 ", between priority and stamp.
 			p = strings.TrimPrefix(p, "1 ")
 		}
+	}
+	if m := decodeRE.FindString(p); m != "" {
+		p = p[len(m):]
 	}
 	if m := kmsgRE.FindStringSubmatch(p); m != nil {
 		return m[1], "", false

@@ -361,6 +361,20 @@ func TestParseLine(t *testing.T) {
 			&Event{Kind: "xid", Code: 43, PCI: "0000:cb:00", PID: ptr(1), Process: ptr("a"), Message: "Ch 00000008", Action: ActionRestartApp, Time: "Fri Aug 30 11:43:09 2024"}},
 		{"message ending in a quote keeps it", `NVRM: Xid (PCI:0000:06:00): 13, pid=1, name=a, Exception "x"`,
 			&Event{Kind: "xid", Code: 13, PCI: "0000:06:00", PID: ptr(1), Process: ptr("a"), Message: `Exception "x"`, Action: ActionRestartApp}},
+		// Issue 14, real pastes: util-linux dmesg -x --time-format iso
+		// (leptonai/gpud#870), NVIDIA's own Xid page with the stamp elided
+		// as "[…]", and the same dmesg -x line inside a JSON log field
+		// (leptonai/gpud#338).
+		{"dmesg -x iso", "syslog:err   : 2025-05-27T04:18:56,089671+00:00 NVRM: Xid (PCI:0000:04:00): 79, GPU has fallen off the bus",
+			&Event{Kind: "xid", Code: 79, PCI: "0000:04:00", Message: "GPU has fallen off the bus", Action: ActionReboot, Time: "2025-05-27T04:18:56,089671+00:00"}},
+		{"dmesg -x with dmesg stamp", "kern  :err   : [ 1305.001007] NVRM: Xid (PCI:0000:b3:00): 79, GPU has fallen off the bus.",
+			&Event{Kind: "xid", Code: 79, PCI: "0000:b3:00", Message: "GPU has fallen off the bus.", Action: ActionReboot, Time: "1305.001007"}},
+		{"elided stamp", "[…] NVRM: Xid (0000:03:00): 14, Channel 00000001",
+			&Event{Kind: "xid", Code: 14, PCI: "0000:03:00", Message: "Channel 00000001", Action: ActionNone}},
+		{"dmesg -x line in a JSON field", `{"msg":"known xid","line":"kern  :err   : 2025-05-27T04:18:56,089671+00:00 NVRM: Xid (PCI:0000:04:00): 79, GPU has fallen off the bus"}`,
+			&Event{Kind: "xid", Code: 79, PCI: "0000:04:00", Message: "GPU has fallen off the bus", Action: ActionReboot}},
+		{"sxid in a JSON field", `{"line":"kern  :err   : 2025-01-25T10:34:54,859532+00:00 nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Non-fatal, Link 32"}`,
+			&Event{Kind: "sxid", Code: 12028, PCI: "0000:84:00", Message: "Non-fatal, Link 32", Action: ActionNone}},
 		{"garbled pci is not redacted", "NVRM: Xid (PCI:zz00:3b:00): 79, GPU has fallen off the bus.", nil},
 		{"sxid detail line", "nvidia-nvswitch3: SXid (PCI:0000:4e:00.0): 12028, Severity 0 Engine instance 32 Sub-engine instance 00", nil},
 		{"kmsg continuation", " DEVICE=+pci:0000:3b:00.0", nil},
@@ -439,6 +453,9 @@ func TestParseSXidDetail(t *testing.T) {
 		data = "nvidia-nvswitch3: SXid (PCI:0000:4e:00.0): 12028, Data {0x00000000, 0x00000000, 0x00000000, 0x00000000}\n"
 		sev2 = "nvidia-nvswitch0: SXid (PCI:0000:c2:00.0): 20034, Severity 1 Engine instance 46 Sub-engine instance 00\n"
 		xid  = "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+		// From https://github.com/leptonai/gpud/pull/338 (testdata/pastes.log).
+		gpudData = "kern  :err   : 2025-01-25T10:34:54,859532+00:00 nvidia-nvswitch1: SXid (PCI:0000:84:00.0): 12028, Data {0x000001c0, 0x00bd5c8a, 0x00000500, 0x00000064, 0x00000000, 0x40008000, 0x5a001100, 0x00000000, 0x00000000}"
+		gpudJSON = `{"level":"warn","ts":"2025-01-28T06:47:16Z","caller":"diagnose/scan.go:263","msg":"known sxid","line":"` + gpudData + `"}`
 	)
 	tests := []struct {
 		name string
@@ -451,6 +468,13 @@ func TestParseSXidDetail(t *testing.T) {
 		{"two switches, headers lost", sev + data + sev2, []string{
 			"sxid 12028 investigate Severity 0 Engine instance 32 Sub-engine instance 00",
 			"sxid 20034 investigate Severity 1 Engine instance 46 Sub-engine instance 00"}},
+		// Issue 14: a real Data line whose SXid line was not in the paste
+		// (leptonai/gpud#338), as dmesg -x printed it and as gpud logged it
+		// inside a JSON field: one event, without the JSON's closing "}.
+		{"real Data line, then the same in JSON", gpudData + "\n" + gpudJSON + "\n", []string{
+			"sxid 12028 investigate Data {0x000001c0, 0x00bd5c8a, 0x00000500, 0x00000064, 0x00000000, 0x40008000, 0x5a001100, 0x00000000, 0x00000000}"}},
+		{"real Data line in JSON alone", gpudJSON + "\n", []string{
+			"sxid 12028 investigate Data {0x000001c0, 0x00bd5c8a, 0x00000500, 0x00000064, 0x00000000, 0x40008000, 0x5a001100, 0x00000000, 0x00000000}"}},
 		{"an XID between", head + xid + data, []string{
 			"sxid 12028 none Non-fatal, Link 32 egress non-posted PRIV error (First)",
 			"xid 79 reboot GPU has fallen off the bus.",
