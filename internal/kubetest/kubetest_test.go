@@ -2,7 +2,9 @@ package kubetest_test
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,6 +41,60 @@ func TestVersionsMatchSetupScript(t *testing.T) {
 			}
 			if got := string(m[1]); got != tc.want {
 				t.Errorf("scripts/setup-kube builds %s %s, kubetest expects %s", tc.name, got, tc.want)
+			}
+		})
+	}
+}
+
+// Assets prefers KUBEBUILDER_ASSETS, falls back on the folder setup-kube
+// builds into under GPUCHAOS_CACHE, and names every binary it lacks.
+func TestAssets(t *testing.T) {
+	cache := t.TempDir()
+	built := filepath.Join(cache, "kube", "kubernetes-"+kubetest.KubeVersion+"-etcd-"+kubetest.EtcdVersion, "bin")
+	other := t.TempDir()
+	for _, dir := range []string{built, other} {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range []string{"kube-apiserver", "etcd", "kube-controller-manager"} {
+			if err := os.WriteFile(filepath.Join(dir, b), nil, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	partial := t.TempDir()
+	if err := os.WriteFile(filepath.Join(partial, "etcd"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(partial, "kube-apiserver"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, assets, cache string
+		want                string
+		wantErr             string
+	}{
+		{name: "setup-kube folder", cache: cache, want: built},
+		{name: "KUBEBUILDER_ASSETS first", assets: other, cache: cache, want: other},
+		{name: "not executable and missing", assets: partial, want: partial,
+			wantErr: "kube-apiserver, kube-controller-manager missing in " + partial},
+		{name: "nothing built", cache: t.TempDir(), wantErr: "kube-apiserver, etcd, kube-controller-manager missing in"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("KUBEBUILDER_ASSETS", tc.assets)
+			t.Setenv("GPUCHAOS_CACHE", tc.cache)
+			got, err := kubetest.Assets()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Assets() error = %v, want one containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want {
+				t.Errorf("Assets() = %s, want %s", got, tc.want)
 			}
 		})
 	}
