@@ -93,16 +93,7 @@ var agreements = []struct {
 // fault on a twin of its own; their Hostname labels are prefixed with the
 // job so that rules counting a node's GPUs count one twin's.
 func TestPrometheusAgreesWithCoverage(t *testing.T) {
-	if _, err := os.Stat(prometheusBin); err != nil {
-		t.Fatalf("%s: %v; this test needs the Prometheus server: run scripts/setup-prometheus (as root) to install it from Debian's packages", prometheusBin, err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 12*time.Minute)
-	defer cancel()
-	if dl, ok := t.Deadline(); ok {
-		var c context.CancelFunc
-		ctx, c = context.WithDeadline(ctx, dl.Add(-10*time.Second))
-		defer c()
-	}
+	ctx := needPrometheus(t, 12*time.Minute)
 	const seed = 1
 	spec := twin.Default()
 	spec.Exporter.ScrapeInterval = agreeScrape

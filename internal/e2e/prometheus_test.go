@@ -88,16 +88,7 @@ spec:
 // rules; the engine makes GPU 3 of gpu-node-0 fall off the bus and judges
 // the alerts through the HTTP API.
 func TestPrometheusLiveLoop(t *testing.T) {
-	if _, err := os.Stat(prometheusBin); err != nil {
-		t.Fatalf("%s: %v; this test needs the Prometheus server: run scripts/setup-prometheus (as root) to install it from Debian's packages", prometheusBin, err)
-	}
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-	defer cancel()
-	if dl, ok := t.Deadline(); ok {
-		var c context.CancelFunc
-		ctx, c = context.WithDeadline(ctx, dl.Add(-10*time.Second))
-		defer c()
-	}
+	ctx := needPrometheus(t, 3*time.Minute)
 	began := time.Now()
 
 	// The twin, served on a free loopback port.
@@ -301,6 +292,24 @@ func startPrometheus(t *testing.T, config, data string) string {
 		return resp.StatusCode == http.StatusOK, nil
 	})
 	return url
+}
+
+// needPrometheus fails the test without Debian's Prometheus server and
+// returns a context that ends after limit, or 10 s before the test's own
+// deadline, whichever is first, so a hang fails with the test's logs.
+func needPrometheus(t *testing.T, limit time.Duration) context.Context {
+	t.Helper()
+	if _, err := os.Stat(prometheusBin); err != nil {
+		t.Fatalf("%s: %v; this test needs the Prometheus server: run scripts/setup-prometheus (as root) to install it from Debian's packages", prometheusBin, err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), limit)
+	t.Cleanup(cancel)
+	if dl, ok := t.Deadline(); ok {
+		var c context.CancelFunc
+		ctx, c = context.WithDeadline(ctx, dl.Add(-10*time.Second))
+		t.Cleanup(c)
+	}
+	return ctx
 }
 
 // waitUntil waits for cond (testutil.Eventually) until ctx's deadline;
