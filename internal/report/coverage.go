@@ -275,30 +275,10 @@ func CoverageTable(w io.Writer, res *coverage.Result) error {
 			never = append(never, r)
 		}
 	}
-	if len(never) > 0 {
-		fmt.Fprintf(w, "\nRules that can never fire (%d of %d):\n", len(never), len(res.Rules))
-		for _, r := range never {
-			fmt.Fprintf(w, "  %s (%s): %s\n", r.Name, r.Source, r.Reason)
-		}
-	}
-	if len(off) > 0 {
-		fmt.Fprintf(w, "\nRules that need a metric switched on in an exporter the fleet runs (%d of %d):\n", len(off), len(res.Rules))
-		for _, r := range off {
-			fmt.Fprintf(w, "  %s (%s): %s\n", r.Name, r.Source, r.Reason)
-		}
-	}
-	if len(unproduced) > 0 {
-		fmt.Fprintf(w, "\nRecording rules that can never produce a series (%d of %d):\n", len(unproduced), len(res.Rules))
-		for _, r := range unproduced {
-			fmt.Fprintf(w, "  %s (%s): %s\n", r.Name, r.Source, r.Reason)
-		}
-	}
-	if len(unknown) > 0 {
-		fmt.Fprintf(w, "\nRules over metrics no exporter gpuchaos knows lists, evaluated as reading nothing (%d of %d):\n", len(unknown), len(res.Rules))
-		for _, r := range unknown {
-			fmt.Fprintf(w, "  %s (%s): %s\n", r.Name, r.Source, r.Reason)
-		}
-	}
+	ruleList(w, "Rules that can never fire", never, len(res.Rules))
+	ruleList(w, "Rules that need a metric switched on in an exporter the fleet runs", off, len(res.Rules))
+	ruleList(w, "Recording rules that can never produce a series", unproduced, len(res.Rules))
+	ruleList(w, "Rules over metrics no exporter gpuchaos knows lists, evaluated as reading nothing", unknown, len(res.Rules))
 	if len(res.Suggestions) > 0 {
 		fmt.Fprintln(w, "\nSuggestions for the faults no rule caught (recommended pack, re-run on the twin, silent over a fault-free hour):")
 		for _, sg := range res.Suggestions {
@@ -306,6 +286,18 @@ func CoverageTable(w io.Writer, res *coverage.Result) error {
 		}
 	}
 	return nil
+}
+
+// ruleList writes one section of rules with the reason of each, or
+// nothing when there are none.
+func ruleList(w io.Writer, title string, list []coverage.RuleReport, total int) {
+	if len(list) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\n%s (%d of %d):\n", title, len(list), total)
+	for _, r := range list {
+		fmt.Fprintf(w, "  %s (%s): %s\n", r.Name, r.Source, r.Reason)
+	}
 }
 
 // detectionOrder returns the detectors that noticed the fault, fastest

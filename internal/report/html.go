@@ -41,7 +41,11 @@ func CoverageHTML(w io.Writer, res *coverage.Result, title string) error {
 		}
 		rows = append(rows, r)
 	}
-	return coverageTmpl.Execute(w, map[string]any{"Title": title, "Doc": doc, "Rows": rows, "Detectors": res.Detectors, "Timelines": timelines(res), "Never": rulesWith(res, "never_fires"), "Unknown": rulesWith(res, "unknown"), "OptInOff": rulesWith(res, "opt_in_off")})
+	return coverageTmpl.Execute(w, map[string]any{"Title": title, "Doc": doc, "Rows": rows, "Detectors": res.Detectors, "Timelines": timelines(res), "RuleLists": []ruleSection{
+		{"Rules that can never fire", rulesWith(res, "never_fires")},
+		{"Rules that need a metric switched on", rulesWith(res, "opt_in_off")},
+		{"Rules over metrics no exporter gpuchaos knows lists", rulesWith(res, "unknown")},
+	}})
 }
 
 // timeline is one fault's detections drawn on its time axis.
@@ -125,10 +129,8 @@ Goodput {{printf "%.3f" .Doc.Summary.BaselineGoodput}} fault-free, {{printf "%.3
 <table><thead><tr><th>fault</th><th>target</th><th>goodput</th>{{range .Detectors}}<th class="d{{if or (eq .Status "never_fires") (eq .Status "opt_in_off")}} never{{end}}" title="{{.Rule}}{{if .Reason}} — {{.Reason}}{{end}}">{{.Name}}</th>{{end}}</tr></thead><tbody>
 {{range .Rows}}<tr><td class="f{{if .Missed}} missed{{end}}" title="{{.Family}}{{if .Missed}}: nothing noticed this fault{{end}}">{{.ID}}</td><td class="f">{{.Target}}</td><td>{{.Goodput}}</td>{{range .Cells}}<td class="{{.Class}}" title="{{.Title}}">{{.Text}}</td>{{end}}</tr>
 {{end}}</tbody></table>
-{{with .Never}}<h2>Rules that can never fire</h2><ul>{{range .}}<li><b>{{.Name}}</b> <span class="src">{{.Source}}</span>: {{.Reason}}</li>{{end}}</ul>{{end}}
-{{with .OptInOff}}<h2>Rules that need a metric switched on</h2><ul>{{range .}}<li><b>{{.Name}}</b> <span class="src">{{.Source}}</span>: {{.Reason}}</li>{{end}}</ul>{{end}}
-{{with .Unknown}}<h2>Rules over metrics no exporter gpuchaos knows lists</h2><ul>{{range .}}<li><b>{{.Name}}</b> <span class="src">{{.Source}}</span>: {{.Reason}}</li>{{end}}</ul>{{end}}
-{{with .Doc.Suggestions}}<h2>Suggestions for the faults no rule caught</h2>
+{{range .RuleLists}}{{if .Rules}}<h2>{{.Title}}</h2><ul>{{range .Rules}}<li><b>{{.Name}}</b> <span class="src">{{.Source}}</span>: {{.Reason}}</li>{{end}}</ul>{{end}}
+{{end}}{{with .Doc.Suggestions}}<h2>Suggestions for the faults no rule caught</h2>
 <p class="sum">From the recommended pack; each was re-run on the twin and stayed silent over a fault-free hour.</p>
 <table class="sg"><thead><tr><th>fault</th><th>rule</th><th>time to detect</th><th>expression or reason</th></tr></thead><tbody>
 {{range .}}<tr><td class="f">{{.Fault}}</td>{{if .Rule}}<td class="f">{{.Rule}}</td><td>{{printf "%.0f" .TTDSeconds}}s</td><td class="x"><code>{{.Expr}}</code></td>{{else}}<td>—</td><td>—</td><td class="x">{{.Note}}</td>{{end}}</tr>
@@ -146,6 +148,12 @@ Goodput {{printf "%.3f" .Doc.Summary.BaselineGoodput}} fault-free, {{printf "%.3
 {{end}}
 </body></html>
 `))
+
+// ruleSection is one list of rules under its heading on the HTML page.
+type ruleSection struct {
+	Title string
+	Rules []coverage.RuleReport
+}
 
 // rulesWith lists the rules under test whose static analysis says status.
 func rulesWith(res *coverage.Result, status string) []coverage.RuleReport {
