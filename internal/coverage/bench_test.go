@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/coverage"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/rules"
@@ -87,14 +86,7 @@ var benchFaults = []string{"hardware.xid", "hardware.fallen-off-bus", "hardware.
 // reports the cost per rule, which must stay flat as the rule count grows
 // (issue 12: within 1.5× from 1,000 to 10,000 rules).
 func BenchmarkCoverage(b *testing.B) {
-	var faults []*catalog.Fault
-	for _, id := range benchFaults {
-		f, ok := catalog.Lookup(id)
-		if !ok {
-			b.Fatalf("no fault %s", id)
-		}
-		faults = append(faults, f)
-	}
+	faults := faults(b, benchFaults...)
 	for _, n := range []int{1000, 3000, 10000} {
 		b.Run(fmt.Sprintf("rules=%d", n), func(b *testing.B) {
 			set, err := rules.Load([]byte(genRules(n)), "gen.yaml")
