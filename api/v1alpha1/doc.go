@@ -10,4 +10,15 @@
 // the YAML a person writes and the JSON the API server stores agree.
 // Validate then checks the rules a schema cannot express and returns a
 // *FieldError naming the offending field.
+//
+// The Kubernetes types (Experiment, NodeFault, Schedule and their lists)
+// are registered with AddToScheme; zz_generated.deepcopy.go and the CRD
+// manifests under deploy/helm/gpuchaos/crds come from controller-gen
+// (make generate).
+//
+// +kubebuilder:object:generate=true
+// +groupName=gpuchaos.dev
 package v1alpha1
+
+//go:generate go tool controller-gen object paths=.
+//go:generate go tool controller-gen crd:maxDescLen=400,allowDangerousTypes=true paths=. output:crd:artifacts:config=../../deploy/helm/gpuchaos/crds

@@ -37,6 +37,7 @@ const maxFileBytes = 4 << 20
 // LoadError is a problem in an experiment file, located by line and field
 // path. Its text is one line: "examples/bad.yaml:12: spec.faults[0].parms:
 // unknown field (did you mean params?)".
+// +kubebuilder:object:generate=false
 type LoadError struct {
 	// Source names the input, usually the file path given to LoadFile.
 	Source string
@@ -365,6 +366,11 @@ func (c *converter) object(n *yaml.Node, t reflect.Type, path string) (any, erro
 	fields := map[string]reflect.Type{}
 	var names []string
 	jsonFields(t, fields, &names)
+	if path == "" && t == reflect.TypeFor[Experiment]() {
+		// The controller writes status; a file a person writes has none.
+		delete(fields, "status")
+		names = slices.DeleteFunc(names, func(s string) bool { return s == "status" })
+	}
 	out := make(map[string]any, len(n.Content)/2)
 	return out, c.pairs(n, path, func(k, v *yaml.Node, key string) error {
 		ft, ok := fields[key]

@@ -59,8 +59,8 @@ func TestLoadValid(t *testing.T) {
 	}{
 		{"apiVersion (inline TypeMeta)", exp.APIVersion, GroupVersion},
 		{"kind", exp.Kind, KindExperiment},
-		{"name", exp.Metadata.Name, "xid-79"},
-		{"dotted label key", exp.Metadata.Labels["app.kubernetes.io/name"], "gpuchaos"},
+		{"name", exp.ObjectMeta.Name, "xid-79"},
+		{"dotted label key", exp.ObjectMeta.Labels["app.kubernetes.io/name"], "gpuchaos"},
 		{"gpus", strings.Join(exp.Spec.Selector.GPUs, ","), "3,GPU-8f2a"},
 		{"mode", exp.Spec.Selector.Mode, ModeFixed},
 		{"value", exp.Spec.Selector.Value, 2},
@@ -177,8 +177,8 @@ func TestLoadAliases(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	if got := exp.Metadata.Annotations["team"]; got != "gpu" {
-		t.Errorf("alias not followed: annotations = %v", exp.Metadata.Annotations)
+	if got := exp.ObjectMeta.Annotations["team"]; got != "gpu" {
+		t.Errorf("alias not followed: annotations = %v", exp.ObjectMeta.Annotations)
 	}
 }
 

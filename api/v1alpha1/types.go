@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // GroupVersion is the apiVersion every gpuchaos object carries.
@@ -13,30 +15,28 @@ const GroupVersion = "gpuchaos.dev/v1alpha1"
 // KindExperiment is the kind of an Experiment object.
 const KindExperiment = "Experiment"
 
-// TypeMeta is the apiVersion and kind pair of a Kubernetes object.
-type TypeMeta struct {
-	APIVersion string `json:"apiVersion"`
-	Kind       string `json:"kind"`
-}
-
-// ObjectMeta is the subset of Kubernetes object metadata gpuchaos reads.
-type ObjectMeta struct {
-	Name        string            `json:"name"`
-	Namespace   string            `json:"namespace,omitempty"`
-	Labels      map[string]string `json:"labels,omitempty"`
-	Annotations map[string]string `json:"annotations,omitempty"`
-}
-
 // Experiment is one chaos experiment: what to break, where, for how long,
-// and what must notice. The Kubernetes controller serves it as a CRD.
+// and what must notice. People write it as a YAML file for `gpuchaos run`;
+// the Kubernetes controller serves it as a namespaced custom resource and
+// writes its Status.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=gcx,categories=gpuchaos
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Nodes",type=integer,JSONPath=`.status.plannedNodes`
+// +kubebuilder:printcolumn:name="Passed",type=string,JSONPath=`.status.passed`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:object:generate=false
 type Experiment struct {
-	TypeMeta `json:",inline"`
-	Metadata ObjectMeta     `json:"metadata"`
-	Spec     ExperimentSpec `json:"spec"`
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              ExperimentSpec   `json:"spec"`
+	Status            ExperimentStatus `json:"status,omitzero"`
 
 	// src records where Load found each field, for Locate; nil for
 	// experiments built in code or decoded from the API server.
-	src *sourceMap
+	src *sourceMap `json:"-"`
 }
 
 // ExperimentSpec is the desired experiment.
@@ -95,7 +95,11 @@ type FaultSpec struct {
 	// Mechanism picks one of the fault's mechanisms; empty takes the
 	// first that runs on the target.
 	Mechanism string `json:"mechanism,omitempty"`
-	// Params override the fault's defaults.
+	// Params override the fault's defaults; values are strings, numbers
+	// or booleans.
+	// +kubebuilder:validation:Schemaless
+	// +kubebuilder:pruning:PreserveUnknownFields
+	// +kubebuilder:validation:Type=object
 	Params map[string]ParamValue `json:"params,omitempty"`
 }
 
@@ -247,6 +251,7 @@ const (
 )
 
 // Duration is a time.Duration written as a Go duration string ("90s").
+// +kubebuilder:validation:Type=string
 type Duration struct {
 	time.Duration
 }

@@ -36,6 +36,7 @@ func (e *FieldError) Error() string {
 // ValidateOptions plugs in the checks that need knowledge this package does
 // not have (the fault catalogue, the detectors), keeping the API types free
 // of dependencies on the rest of gpuchaos.
+// +kubebuilder:object:generate=false
 type ValidateOptions struct {
 	// CheckFault validates one fault spec against the catalogue; the
 	// returned FieldError's Path is relative to the fault (e.g.
@@ -161,11 +162,11 @@ func (e *Experiment) validateMeta() *FieldError {
 	case e.Kind != KindExperiment:
 		return &FieldError{"kind", fmt.Sprintf("must be %s, got %q", KindExperiment, e.Kind)}
 	}
-	if fe := checkDNSLabel("metadata.name", e.Metadata.Name); fe != nil {
+	if fe := checkDNSLabel("metadata.name", e.ObjectMeta.Name); fe != nil {
 		return fe
 	}
-	if e.Metadata.Namespace != "" {
-		return checkDNSLabel("metadata.namespace", e.Metadata.Namespace)
+	if e.ObjectMeta.Namespace != "" {
+		return checkDNSLabel("metadata.namespace", e.ObjectMeta.Namespace)
 	}
 	return nil
 }

@@ -5,13 +5,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // base returns a valid experiment; each test case breaks one thing.
 func base() *Experiment {
 	return &Experiment{
-		TypeMeta: TypeMeta{APIVersion: GroupVersion, Kind: KindExperiment},
-		Metadata: ObjectMeta{Name: "xid-79"},
+		TypeMeta:   metav1.TypeMeta{APIVersion: GroupVersion, Kind: KindExperiment},
+		ObjectMeta: metav1.ObjectMeta{Name: "xid-79"},
 		Spec: ExperimentSpec{
 			Selector: Selector{Nodes: []string{"gpu-node-0"}, Mode: ModeOne},
 			Faults:   []FaultSpec{{ID: "hardware.xid", Params: map[string]ParamValue{"code": "79"}}},
@@ -64,12 +66,12 @@ func TestValidate(t *testing.T) {
 		{"missing apiVersion", func(e *Experiment) { e.APIVersion = "" }, "apiVersion: required; must be gpuchaos.dev/v1alpha1"},
 		{"wrong apiVersion", func(e *Experiment) { e.APIVersion = "gpuchaos.dev/v1" }, `apiVersion: must be gpuchaos.dev/v1alpha1, got "gpuchaos.dev/v1"`},
 		{"wrong kind", func(e *Experiment) { e.Kind = "Schedule" }, `kind: must be Experiment, got "Schedule"`},
-		{"missing name", func(e *Experiment) { e.Metadata.Name = "" }, "metadata.name: required"},
-		{"name not a label", func(e *Experiment) { e.Metadata.Name = "-x" }, `metadata.name: "-x" is not a DNS-1123 label`},
-		{"name too long", func(e *Experiment) { e.Metadata.Name = strings.Repeat("a", 64) }, "is not a DNS-1123 label"},
-		{"name of 63 is fine", func(e *Experiment) { e.Metadata.Name = strings.Repeat("a", 63) }, ""},
-		{"bad namespace", func(e *Experiment) { e.Metadata.Namespace = "Prod" }, `metadata.namespace: "Prod" is not a DNS-1123 label`},
-		{"metadata before selector", func(e *Experiment) { e.Metadata.Name = ""; e.Spec.Selector = Selector{} }, "metadata.name: required"},
+		{"missing name", func(e *Experiment) { e.ObjectMeta.Name = "" }, "metadata.name: required"},
+		{"name not a label", func(e *Experiment) { e.ObjectMeta.Name = "-x" }, `metadata.name: "-x" is not a DNS-1123 label`},
+		{"name too long", func(e *Experiment) { e.ObjectMeta.Name = strings.Repeat("a", 64) }, "is not a DNS-1123 label"},
+		{"name of 63 is fine", func(e *Experiment) { e.ObjectMeta.Name = strings.Repeat("a", 63) }, ""},
+		{"bad namespace", func(e *Experiment) { e.ObjectMeta.Namespace = "Prod" }, `metadata.namespace: "Prod" is not a DNS-1123 label`},
+		{"metadata before selector", func(e *Experiment) { e.ObjectMeta.Name = ""; e.Spec.Selector = Selector{} }, "metadata.name: required"},
 		{"empty selector", func(e *Experiment) { e.Spec.Selector = Selector{Mode: ModeAll} }, "spec.selector: empty selector; name nodes, nodeSelector, gpus or jobs"},
 		{"nodeSelector alone is enough", func(e *Experiment) {
 			e.Spec.Selector = Selector{NodeSelector: map[string]string{"a": "b"}, Mode: ModeAll}

@@ -5,12 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	_ "github.com/gpuchaos/gpuchaos/internal/target/all"
 	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	_ "github.com/gpuchaos/gpuchaos/internal/target/all"
 
 	"github.com/spf13/cobra"
 
@@ -143,7 +144,7 @@ on a bad file or flag.`,
 			}
 			withPending := func(err error) error {
 				if pendingErr != nil {
-					err = fmt.Errorf("%w; experiment %s: %w", err, exp.Metadata.Name, pendingErr)
+					err = fmt.Errorf("%w; experiment %s: %w", err, exp.ObjectMeta.Name, pendingErr)
 				}
 				return failed(err)
 			}
@@ -160,13 +161,13 @@ on a bad file or flag.`,
 				printVerdicts(out, rec)
 			}
 			if pendingErr != nil {
-				return failed(fmt.Errorf("experiment %s: %w", exp.Metadata.Name, pendingErr))
+				return failed(fmt.Errorf("experiment %s: %w", exp.ObjectMeta.Name, pendingErr))
 			}
 			if runErr != nil {
 				return failed(runErr)
 			}
 			if !rec.Passed() {
-				return failed(fmt.Errorf("experiment %s: not every expectation passed", exp.Metadata.Name))
+				return failed(fmt.Errorf("experiment %s: not every expectation passed", exp.ObjectMeta.Name))
 			}
 			return nil
 		},

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/engine"
@@ -473,8 +475,8 @@ func (r *runner) runFault(ctx context.Context, f *catalog.Fault, set *ruleSet, b
 	}
 	inv := tw.Inventory()
 	exp := &v1alpha1.Experiment{
-		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.GroupVersion, Kind: v1alpha1.KindExperiment},
-		Metadata: v1alpha1.ObjectMeta{Name: "coverage"},
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion, Kind: v1alpha1.KindExperiment},
+		ObjectMeta: metav1.ObjectMeta{Name: "coverage"},
 		Spec: v1alpha1.ExperimentSpec{
 			Selector: selectorFor(f, inv),
 			Faults:   []v1alpha1.FaultSpec{{ID: f.ID, Mechanism: "twin"}},

@@ -220,7 +220,7 @@ func (e *Engine) Plan(ctx context.Context, exp *v1alpha1.Experiment) (*Plan, err
 	if err != nil {
 		return nil, fmt.Errorf("read inventory of %s: %w", e.opts.Target.Kind(), err)
 	}
-	plan := &Plan{Experiment: exp.Metadata.Name, Target: string(e.opts.Target.Kind()), inv: inv}
+	plan := &Plan{Experiment: exp.ObjectMeta.Name, Target: string(e.opts.Target.Kind()), inv: inv}
 	var all []inventory.Ref
 	for i, fs := range exp.Spec.Faults {
 		path := fmt.Sprintf("spec.faults[%d]", i)
@@ -247,7 +247,7 @@ func (e *Engine) Plan(ctx context.Context, exp *v1alpha1.Experiment) (*Plan, err
 		all = append(all, refs...)
 		for _, ref := range refs {
 			plan.Injections = append(plan.Injections, Injection{
-				Key:   fmt.Sprintf("%s/%d/%s", exp.Metadata.Name, i, refKey(ref)),
+				Key:   fmt.Sprintf("%s/%d/%s", exp.ObjectMeta.Name, i, refKey(ref)),
 				Fault: f.ID, Mechanism: m.Name, Safety: m.Safety, Params: formatValues(f, vals), Ref: ref,
 				fault: f, mech: m, values: vals,
 			})
@@ -745,7 +745,7 @@ func (e *Engine) event(rec *Record, kind, name, detail string) {
 	if kind == "error" {
 		level = slog.LevelWarn
 	}
-	e.log.Log(context.Background(), level, kind, "experiment", rec.Experiment.Metadata.Name, "name", name, "detail", detail, "offset_seconds", ev.Offset)
+	e.log.Log(context.Background(), level, kind, "experiment", rec.Experiment.ObjectMeta.Name, "name", name, "detail", detail, "offset_seconds", ev.Offset)
 	if e.opts.OnEvent != nil {
 		e.opts.OnEvent(ev)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
@@ -130,8 +132,8 @@ func (p fakeProbe) Observe(ctx context.Context) (probe.Observation, error) {
 
 func experiment(gpus []string, within time.Duration, detectors ...string) *v1alpha1.Experiment {
 	e := &v1alpha1.Experiment{
-		TypeMeta: v1alpha1.TypeMeta{APIVersion: v1alpha1.GroupVersion, Kind: v1alpha1.KindExperiment},
-		Metadata: v1alpha1.ObjectMeta{Name: "t"},
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion, Kind: v1alpha1.KindExperiment},
+		ObjectMeta: metav1.ObjectMeta{Name: "t"},
 		Spec: v1alpha1.ExperimentSpec{
 			Selector: v1alpha1.Selector{Nodes: []string{"gpu-node-0"}, GPUs: gpus, Mode: v1alpha1.ModeAll},
 			Faults:   []v1alpha1.FaultSpec{{ID: "hardware.xid", Params: map[string]v1alpha1.ParamValue{"code": "79"}}},

@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes/scheme"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -90,6 +92,37 @@ type Options struct {
 	// Scheme is the client's; nil means client-go's, which holds every
 	// built-in kind. A test of custom resources passes one holding them too.
 	Scheme *runtime.Scheme
+	// CRDs installs gpuchaos's custom resource definitions (the chart's
+	// crds folder, as make generate writes it) and adds their kinds to
+	// the scheme, so Client reads and writes Experiments, NodeFaults and
+	// Schedules.
+	CRDs bool
+}
+
+// CRDDir returns the chart's crds folder, found from the module root.
+func CRDDir() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return filepath.Join(dir, "deploy", "helm", "gpuchaos", "crds"), nil
+		}
+		up := filepath.Dir(dir)
+		if up == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = up
+	}
+}
+
+// Scheme returns a scheme holding the built-in kinds and gpuchaos's.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return s
 }
 
 // Env is a running control plane: an API server on loopback with its own
@@ -117,7 +150,10 @@ func Start(t testing.TB, opts Options) *Env {
 	t.Helper()
 	assets := requireAssets(t)
 	if opts.Scheme == nil {
-		opts.Scheme = scheme.Scheme
+		opts.Scheme = clientgoscheme.Scheme
+		if opts.CRDs {
+			opts.Scheme = Scheme()
+		}
 	}
 	e := &Env{assets: assets, logs: t.TempDir()}
 
@@ -130,6 +166,14 @@ func Start(t testing.TB, opts Options) *Env {
 		ControlPlaneStartTimeout: startTimeout,
 		ControlPlaneStopTimeout:  30 * time.Second,
 		Scheme:                   opts.Scheme,
+	}
+	if opts.CRDs {
+		dir, err := CRDDir()
+		if err != nil {
+			t.Fatalf("find the CRDs: %v", err)
+		}
+		e.env.CRDDirectoryPaths = []string{dir}
+		e.env.ErrorIfCRDPathMissing = true
 	}
 	// Explicit paths, so a TEST_ASSET_* variable in the caller's
 	// environment cannot swap in another binary either.

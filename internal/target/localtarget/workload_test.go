@@ -351,7 +351,7 @@ func runEngine(t *testing.T, lt *Target, exp *v1alpha1.Experiment, ledgerPath st
 	eng := engine.New(engine.Options{Target: lt, Ledger: l, PollInterval: 250 * time.Millisecond, RecoveryWindow: -1})
 	rec, err := eng.Run(t.Context(), exp)
 	if err != nil {
-		t.Fatalf("engine run %s: %v", exp.Metadata.Name, err)
+		t.Fatalf("engine run %s: %v", exp.ObjectMeta.Name, err)
 	}
 	return rec
 }
