@@ -134,6 +134,74 @@ type ProbeSpec struct {
 	// run (before injection, after recovery), so it is an expectation
 	// only: steady-state and abort checks cannot use it.
 	Workload *WorkloadProbe `json:"workload,omitempty"`
+	// Kubernetes asks the API server about the nodes and pods the
+	// experiment touches; only the k8s target runs it.
+	Kubernetes *KubernetesProbe `json:"kubernetes,omitempty"`
+}
+
+// Kubernetes checks: what the cluster's own remediation does to a node or
+// its pods after a fault.
+const (
+	// KubeNodeCondition holds when a touched node has condition
+	// ConditionType with Status (default "True"), and Reason when set:
+	// node-problem-detector's or NVSentinel's verdict on the node.
+	KubeNodeCondition = "nodeCondition"
+	// KubeTaint holds when a touched node carries taint Key (with Value
+	// and Effect when set): a quarantine.
+	KubeTaint = "taint"
+	// KubeLabel holds when a touched node carries label Key (=Value when
+	// set).
+	KubeLabel = "label"
+	// KubeUnschedulable holds when a touched node is cordoned.
+	KubeUnschedulable = "unschedulable"
+	// KubePodPhase holds when a pod matching Selector in Namespace is in
+	// Phase; on the touched nodes unless AnyNode.
+	KubePodPhase = "podPhase"
+	// KubePodRestarts holds when a matching pod's containers restarted
+	// MinRestarts times or more since the experiment started.
+	KubePodRestarts = "podRestarts"
+	// KubeEvent holds when an Event with Reason (and Type when set) names
+	// a touched node or a pod on one, newer than the experiment's start.
+	KubeEvent = "event"
+	// KubePodsEvicted holds when no pod matching Selector in Namespace
+	// runs on the touched nodes any more: drained.
+	KubePodsEvicted = "podsEvicted"
+	// KubeJobResumed holds when every pod matching Selector in Namespace
+	// is Running and Ready again after the fault, on any node: the job
+	// (a PyTorchJob's, a JobSet's or an indexed Job's pods) resumed.
+	KubeJobResumed = "jobResumed"
+)
+
+// KubeChecks lists the Kubernetes checks, in the order the docs give them.
+var KubeChecks = []string{KubeNodeCondition, KubeTaint, KubeLabel, KubeUnschedulable, KubePodPhase, KubePodRestarts, KubeEvent, KubePodsEvicted, KubeJobResumed}
+
+// KubernetesProbe checks the cluster's state through the API server. Check
+// says what is checked, and the fields it names say about what.
+type KubernetesProbe struct {
+	// +kubebuilder:validation:Enum=nodeCondition;taint;label;unschedulable;podPhase;podRestarts;event;podsEvicted;jobResumed
+	Check string `json:"check"`
+	// ConditionType and Status name a node condition (nodeCondition).
+	ConditionType string `json:"conditionType,omitempty"`
+	Status        string `json:"status,omitempty"`
+	// Reason narrows a node condition or names an Event's reason.
+	Reason string `json:"reason,omitempty"`
+	// Key, Value and Effect name a taint or a label; an empty Value or
+	// Effect matches any.
+	Key    string `json:"key,omitempty"`
+	Value  string `json:"value,omitempty"`
+	Effect string `json:"effect,omitempty"`
+	// Type is an Event's type (Normal, Warning); empty matches either.
+	Type string `json:"type,omitempty"`
+	// Namespace and Selector (a label selector such as
+	// training.kubeflow.org/job-name=llm) pick pods.
+	Namespace string `json:"namespace,omitempty"`
+	Selector  string `json:"selector,omitempty"`
+	// Phase is a pod phase (podPhase).
+	Phase string `json:"phase,omitempty"`
+	// MinRestarts is the restart count that holds (podRestarts); default 1.
+	MinRestarts int `json:"minRestarts,omitempty"`
+	// AnyNode widens the pod checks from the touched nodes to all.
+	AnyNode bool `json:"anyNode,omitempty"`
 }
 
 // Workload checks, the verdicts an ML engineer asks of a fault.
