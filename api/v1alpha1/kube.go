@@ -127,6 +127,9 @@ type ExperimentStatus struct {
 	// MaxStatusEvents.
 	// +listType=atomic
 	Events []EventStatus `json:"events,omitempty"`
+	// EventsTotal counts every event of the run, those dropped from
+	// Events included, so a follower knows what it missed.
+	EventsTotal int `json:"eventsTotal,omitempty"`
 }
 
 // MaxStatusEvents bounds ExperimentStatus.Events, so a long run cannot

@@ -39,6 +39,8 @@ func newRunCmd() *cobra.Command {
 		settle     time.Duration
 		ledgerPath string
 		local      localFlags
+		kubeconfig string
+		namespace  string
 	)
 	cmd := &cobra.Command{
 		Use:   "run FILE",
@@ -70,6 +72,15 @@ the jobs named with --job (found by their ranks' GPUCHAOS_JOB) can be
 selected. Workload checks wait, before injecting, until the pages have been
 scraped for their baseline.
 
+k8s hands the experiment to the cluster: the command creates the Experiment
+(in a namespace labelled gpuchaos.dev/chaos=enabled), the gpuchaos
+controller installed by the Helm chart plans it, creates one NodeFault per
+node and injection, the node agents apply them, and the command follows the
+Experiment's status and prints its timeline and verdicts. Ctrl-C aborts the
+experiment through the API and waits until the controller has recovered
+every fault. With --dry-run it lists the nodes and GPUs of the live cluster
+the experiment would touch.
+
 On local, every injection is journalled to --ledger before it acts. A run
 that was killed before it could recover (SIGKILL, power loss) leaves its
 entries there; the next local run recovers them first, before it lists the
@@ -84,7 +95,8 @@ on a bad file or flag.`,
   gpuchaos run examples/xid-79-fallen-off-bus.yaml --dry-run
   gpuchaos run examples/thermal-throttle.yaml --format json --record run.json
   gpuchaos run examples/live-gpu-missing.yaml --target live --prometheus http://127.0.0.1:9090
-  sudo gpuchaos run examples/local/xid-kernel-log.yaml --target local`,
+  sudo gpuchaos run examples/local/xid-kernel-log.yaml --target local
+  gpuchaos run examples/k8s/xid-79-quarantine.yaml --target k8s -n gpu-chaos`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			exp, err := loadExperiment(args[0])
@@ -96,6 +108,10 @@ on a bad file or flag.`,
 			if f != "table" {
 				// JSON output is one document on stdout; the notes go aside.
 				notes = cmd.ErrOrStderr()
+			}
+			if target.Kind(targetName) == target.K8s && !dryRun {
+				return clusterRun{kubeconfig: kubeconfig, namespace: namespace, format: string(f), out: out, notes: notes,
+					poll: time.Second, abortWait: 5 * time.Minute}.run(cmd.Context(), exp, args[0])
 			}
 			cfg := target.Config{
 				Seed: seed, Cluster: cluster, Warmup: warmup, Listen: listen, Settle: settle,
@@ -173,7 +189,9 @@ on a bad file or flag.`,
 		},
 	}
 	addFormatFlag(cmd, &f)
-	cmd.Flags().StringVar(&targetName, "target", "twin", "where to run: twin (virtual clock), live (real time, metrics served for a real Prometheus) or local (this node); k8s arrives with the controller")
+	cmd.Flags().StringVar(&targetName, "target", "twin", "where to run: twin (virtual clock), live (real time, metrics served for a real Prometheus), local (this node) or k8s (the cluster's gpuchaos controller runs it)")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "k8s: kubeconfig of the cluster (default $KUBECONFIG, ~/.kube/config, then in-cluster)")
+	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "k8s: namespace of the Experiment (default the file's, else the kubeconfig context's); it must carry the label "+v1alpha1.LabelChaos+"="+v1alpha1.ChaosEnabled)
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9400", "live: where to serve the twin's /metrics")
 	cmd.Flags().StringVar(&promURL, "prometheus", "http://127.0.0.1:9090", "live, local: the Prometheus that prometheus probes ask")
 	cmd.Flags().StringVar(&ledgerPath, "ledger", "", "local: injection journal (default "+rootLedger+" as root, else $XDG_STATE_HOME/gpuchaos/ledger.jsonl, ~/.local/state without it)")
