@@ -8,9 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/kubeclient"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -117,13 +116,9 @@ func CRDDir() (string, error) {
 	}
 }
 
-// Scheme returns a scheme holding the built-in kinds and gpuchaos's.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(v1alpha1.AddToScheme(s))
-	return s
-}
+// Scheme returns a scheme holding the built-in kinds and gpuchaos's, the
+// one gpuchaos's commands use.
+func Scheme() *runtime.Scheme { return kubeclient.Scheme }
 
 // Env is a running control plane: an API server on loopback with its own
 // etcd, and an administrator's credentials for it. It stops when the test
