@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"slices"
@@ -162,11 +163,11 @@ type NetNS struct {
 // node and every pod like it, so it is refused.
 var ErrHostNetwork = errors.New("the pod uses the node's network namespace")
 
-// NetNS returns the network namespace of the pod podUID under the cgroup
+// NetNSOf returns the network namespace of the pod podUID under the cgroup
 // hierarchies at cgroupRoot: that of its pause process, which holds it
 // for the pod's life, or, for a runtime that runs none, of its app
-// containers' main process. A pod in the namespace of pid 1 (the node's,
-// seen with hostPID) wraps ErrHostNetwork.
+// containers' main process. A pod in the node's namespace (pid 1's, seen
+// with hostPID) wraps ErrHostNetwork.
 func NetNSOf(cgroupRoot, podUID string) (NetNS, error) {
 	hs, err := Hierarchies(cgroupRoot)
 	if err != nil {
@@ -199,9 +200,9 @@ func (p Pod) NetNS() (NetNS, error) {
 	if err != nil {
 		return NetNS{}, fmt.Errorf("pod %s: network namespace of pid %d: %w", p.UID, pid, err)
 	}
-	host, err := statNS(1)
+	host, err := hostNetNS()
 	if err != nil {
-		return NetNS{}, fmt.Errorf("pod %s: network namespace of pid 1: %w", p.UID, err)
+		return NetNS{}, fmt.Errorf("pod %s: %w", p.UID, err)
 	}
 	if ns.Dev == host.Dev && ns.Inode == host.Inode {
 		return NetNS{}, fmt.Errorf("pod %s (pid %d): %w", p.UID, pid, ErrHostNetwork)
@@ -222,6 +223,21 @@ func (p Pod) firstApp() (Process, error) {
 		}
 	}
 	return Process{}, fmt.Errorf("pod %s: %w", p.UID, ErrNoContainer)
+}
+
+// hostNetNS is the node's network namespace: pid 1's. Where pid 1's
+// namespace cannot be read (a VM's init that refuses it, a lockdown that
+// refuses even root), ours stands in for it: the node agent runs with
+// hostNetwork, so the two are the same there.
+func hostNetNS() (NetNS, error) {
+	ns, err := statNS(1)
+	if errors.Is(err, fs.ErrPermission) {
+		ns, err = statNS(os.Getpid())
+	}
+	if err != nil {
+		return NetNS{}, fmt.Errorf("the node's network namespace: %w", err)
+	}
+	return ns, nil
 }
 
 func statNS(pid int) (NetNS, error) {
