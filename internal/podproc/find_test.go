@@ -46,14 +46,15 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// proc starts the test binary in a role with argv[0] as given (the pause
-// process is "/pause"), killed at cleanup. For "parent" it also returns
-// the child's pid.
-func proc(t *testing.T, role, argv0 string, attr *syscall.SysProcAttr) (pid, child int) {
+// proc starts the test binary in a role with argv[0] and extra
+// environment as given (the pause process is "/pause"), killed at
+// cleanup. For "parent" it also returns the child's pid, which the parent
+// started by exec, as torchrun starts a rank.
+func proc(t *testing.T, role, argv0 string, attr *syscall.SysProcAttr, env ...string) (pid, child int) {
 	t.Helper()
 	c := exec.Command(os.Args[0], "-test.run=^$")
 	c.Args[0] = argv0
-	c.Env = append(os.Environ(), roleEnv+"="+role)
+	c.Env = append(append(os.Environ(), roleEnv+"="+role), env...)
 	c.SysProcAttr = attr
 	out, err := c.StdoutPipe()
 	if err != nil {

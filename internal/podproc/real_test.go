@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/cgroup"
 )
 
@@ -19,8 +20,8 @@ import (
 // one, cgroupfs's in the v1 pids one where the machine has v1 — moves
 // real processes into them (a pause process in a network namespace of its
 // own, and an app container's process), and finds them by pod UID through
-// the public entry points alone, from DefaultRoot: MainPID, NetNSOf,
-// OfProcess. Everything it made is removed at the end, processes first.
+// the public entry points alone, from DefaultRoot: MainPID, TargetPID,
+// NetNSOf, OfProcess. Everything it made is removed at the end, processes first.
 func TestRealCgroupTree(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("moving processes between cgroups needs root")
@@ -72,7 +73,7 @@ func TestRealCgroupTree(t *testing.T) {
 				attr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}
 			}
 			pause, _ := proc(t, "sleep", "/pause", attr)
-			app, worker := proc(t, "parent", "python", nil)
+			app, worker := proc(t, "parent", "torchrun", nil, "RANK=0")
 			join(t, tr.h.Mount, groups[0], pause)
 			join(t, tr.h.Mount, groups[1], app)
 			join(t, tr.h.Mount, groups[1], worker)
@@ -87,6 +88,10 @@ func TestRealCgroupTree(t *testing.T) {
 			}
 			if got, err := MainPID(DefaultRoot, uid, "containerd://"+ctr); err != nil || got != app {
 				t.Errorf("MainPID(containerd://%s) = %d, %v; want %d", ctr, got, err, app)
+			}
+			zero := 0
+			if got, err := TargetPID("", v1alpha1.NodeFaultTarget{Kind: "rank", PodUID: uid, Rank: &zero}, ""); err != nil || got != worker {
+				t.Errorf("TargetPID(rank 0) = %d, %v; want the exec'd worker %d (launcher %d)", got, err, worker, app)
 			}
 			p, err := Find(hs, uid)
 			if err != nil {
