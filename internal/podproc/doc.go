@@ -46,6 +46,14 @@
 // NetNS returns the pause process's network namespace when there is one,
 // since it outlives app-container restarts.
 //
+// # What the node agent calls
+//
+// TargetPID turns a NodeFault's target (PodUID, and Rank for a pod that
+// runs several ranks, found by RANK in their environment as procfind
+// finds ranks) into the pid parameter of the rank injectors; MainPID does
+// the same for a pod and container; NetNSOf gives the pid (and
+// /proc/PID/ns/net) the network injectors take for a pod's namespace.
+//
 // The caller must see the node's processes (hostPID) and its cgroup
 // hierarchies at the root it names, in the host's cgroup namespace, as
 // the node agent does.
