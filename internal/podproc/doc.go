@@ -43,6 +43,10 @@
 // container's main process is its init: the process in the container's
 // group whose parent is outside it (processes started by kubectl exec have
 // a parent outside it too, so of several the earliest started is taken).
+// An image whose entrypoint is an init (tini, dumb-init) makes that init
+// the main process: a signal that kills it ends the container, but one
+// that stops it does not stop its child, so hang and straggle a rank by
+// its RANK (TargetPID with a rank) in such images.
 // NetNS returns the pause process's network namespace when there is one,
 // since it outlives app-container restarts.
 //

@@ -233,8 +233,8 @@ func processesUnder(mount, dir string) ([]Process, error) {
 			return nil
 		}
 		pids, err := readProcs(filepath.Join(path, "cgroup.procs"))
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV) {
-			return nil // removed, or a v2 threaded group's procs
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV) || errors.Is(err, unix.EOPNOTSUPP) {
+			return nil // removed, or a v2 threaded group, whose procs are its domain's
 		}
 		if err != nil {
 			return err
