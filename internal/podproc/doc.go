@@ -47,6 +47,7 @@
 // the main process: a signal that kills it ends the container, but one
 // that stops it does not stop its child, so hang and straggle a rank by
 // its RANK (TargetPID with a rank) in such images.
+//
 // NetNS returns the pause process's network namespace when there is one,
 // since it outlives app-container restarts.
 //
