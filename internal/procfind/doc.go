@@ -17,9 +17,11 @@
 // at children that were forked without exec (data-loader workers, which
 // share their parent's start of stack, field 28 of /proc/PID/stat). The
 // process reached is the rank, and Ranks marks it Main; RankProcess
-// returns it. A job whose rank starts its workers by exec (Python's spawn
-// or forkserver start methods) makes the worker look like the rank; name
-// the rank's pid for such a job.
+// returns it, and RankAmong does among a given set of processes (a pod's,
+// found by its cgroup), where RANK alone marks a rank. A job whose rank
+// starts its workers by exec (Python's spawn or forkserver start methods)
+// makes the worker look like the rank; name the rank's pid for such a
+// job.
 //
 // /proc/PID/stat and environ are read through github.com/prometheus/procfs.
 // The fdinfo parser is ours: procfs returns its fields as the strings its
