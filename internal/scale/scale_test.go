@@ -102,15 +102,15 @@ var (
 	largeSizes   = []int{5000}
 )
 
-// asked says whether size was named: in GPUCHAOS_SCALE_NODES, or in
-// -test.bench as Scale/5000.
+// asked says whether size was named: in GPUCHAOS_SCALE_NODES, or
+// anywhere in -test.bench (Scale/5000, Scale/(2000|5000)).
 func asked(size int) bool {
 	s := strconv.Itoa(size)
 	if v := os.Getenv(largeEnv); v == "all" || slices.Contains(strings.Split(v, ","), s) {
 		return true
 	}
 	f := flag.Lookup("test.bench")
-	return f != nil && strings.Contains(f.Value.String(), "/"+s)
+	return f != nil && strings.Contains(f.Value.String(), s)
 }
 
 // BenchmarkScale measures one fault run touching 10 % of the nodes of a
