@@ -48,13 +48,9 @@ const startTimeout = 90 * time.Second
 func Assets() (string, error) {
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
 	if dir == "" {
-		cache := os.Getenv("GPUCHAOS_CACHE")
-		if cache == "" {
-			home, err := os.UserHomeDir()
-			if err != nil {
-				return "", fmt.Errorf("find the setup-kube cache: %w", err)
-			}
-			cache = filepath.Join(home, ".cache", "gpuchaos")
+		cache, err := cacheDir()
+		if err != nil {
+			return "", err
 		}
 		dir = filepath.Join(cache, "kube", "kubernetes-"+KubeVersion+"-etcd-"+EtcdVersion, "bin")
 	}
@@ -68,6 +64,19 @@ func Assets() (string, error) {
 		return dir, fmt.Errorf("%s missing in %s", strings.Join(missing, ", "), dir)
 	}
 	return dir, nil
+}
+
+// cacheDir is the folder the setup scripts build into:
+// ${GPUCHAOS_CACHE:-$HOME/.cache/gpuchaos}.
+func cacheDir() (string, error) {
+	if cache := os.Getenv("GPUCHAOS_CACHE"); cache != "" {
+		return cache, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("find the setup-kube cache: %w", err)
+	}
+	return filepath.Join(home, ".cache", "gpuchaos"), nil
 }
 
 // requireAssets returns [Assets]' folder, or ends the test: skipped, or
@@ -135,6 +144,8 @@ type Env struct {
 	assets string
 	logs   string // folder of the servers' output files
 	env    *envtest.Environment
+
+	kwokExited <-chan struct{} // closed when StartKWOK's kwok exits
 }
 
 // Start starts etcd and kube-apiserver from [Assets]' folder, waits until
