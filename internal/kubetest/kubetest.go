@@ -179,6 +179,10 @@ func Start(t testing.TB, opts Options) *Env {
 	// environment cannot swap in another binary either.
 	api := e.env.ControlPlane.GetAPIServer()
 	api.Path = filepath.Join(assets, apiServerBin)
+	// A certificate folder of our own outlives a stop of the API server
+	// (envtest clears and regenerates one it made itself), so a restart
+	// serves the same certificates and Kubeconfig stays valid.
+	api.CertDir = t.TempDir()
 	etcd := &envtest.Etcd{Path: filepath.Join(assets, etcdBin)}
 	e.env.ControlPlane.Etcd = etcd
 	var err error
@@ -217,6 +221,29 @@ func Start(t testing.TB, opts Options) *Env {
 		t.Fatalf("write the test kubeconfig: %v", err)
 	}
 	return e
+}
+
+// StopAPIServer stops kube-apiserver, leaving etcd running, so a test can
+// see what a client does while the API server is unreachable. Clients get
+// connection refused until [Env.StartAPIServer].
+func (e *Env) StopAPIServer(t testing.TB) {
+	t.Helper()
+	if err := e.env.ControlPlane.GetAPIServer().Stop(); err != nil {
+		t.Fatalf("stop kube-apiserver: %v", err)
+	}
+}
+
+// StartAPIServer starts kube-apiserver again after [Env.StopAPIServer], on
+// the same etcd, port and certificates, so Config, Client and Kubeconfig
+// work unchanged and every object is still there. It returns once the API
+// server answers /healthz.
+func (e *Env) StartAPIServer(t testing.TB) {
+	t.Helper()
+	began := time.Now()
+	if err := e.env.ControlPlane.GetAPIServer().Start(); err != nil {
+		t.Fatalf("restart kube-apiserver: %v", err)
+	}
+	t.Logf("kube-apiserver restarted in %s", time.Since(began).Round(time.Millisecond))
 }
 
 // logFile opens the output file of one server, closed when t ends.
