@@ -2,6 +2,8 @@ package kubetest
 
 import (
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -140,6 +142,9 @@ type Env struct {
 	assets string
 	logs   string // folder of the servers' output files
 	env    *envtest.Environment
+	// stopped is set between StopAPIServer and StartAPIServer; it
+	// yields the stop's outcome.
+	stopped chan error
 }
 
 // Start starts etcd and kube-apiserver from [Assets]' folder, waits until
@@ -224,12 +229,37 @@ func Start(t testing.TB, opts Options) *Env {
 }
 
 // StopAPIServer stops kube-apiserver, leaving etcd running, so a test can
-// see what a client does while the API server is unreachable. Clients get
-// connection refused until [Env.StartAPIServer].
+// see what a client does while the API server is unreachable. It returns
+// once the API server refuses connections; the process may still be
+// draining its watches (it waits for them up to its stop timeout, then is
+// killed), which [Env.StartAPIServer] waits out.
 func (e *Env) StopAPIServer(t testing.TB) {
 	t.Helper()
-	if err := e.env.ControlPlane.GetAPIServer().Stop(); err != nil {
-		t.Fatalf("stop kube-apiserver: %v", err)
+	if e.stopped != nil {
+		t.Fatal("StopAPIServer: the API server is already stopped")
+	}
+	stopped := make(chan error, 1)
+	e.stopped = stopped
+	go func() { stopped <- e.env.ControlPlane.GetAPIServer().Stop() }()
+	// Registered after the control plane's own stop, so it runs first:
+	// the two must not stop the one process at once.
+	t.Cleanup(func() {
+		if e.stopped == stopped {
+			<-stopped
+		}
+	})
+	addr := e.address(t)
+	deadline := time.Now().Add(startTimeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("kube-apiserver still accepts connections on %s %s after it was told to stop", addr, startTimeout)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -239,11 +269,43 @@ func (e *Env) StopAPIServer(t testing.TB) {
 // server answers /healthz.
 func (e *Env) StartAPIServer(t testing.TB) {
 	t.Helper()
+	if e.stopped == nil {
+		t.Fatal("StartAPIServer: the API server was not stopped")
+	}
 	began := time.Now()
+	if err := <-e.stopped; err != nil {
+		// Stop kills what outlives its timeout: watches a client keeps
+		// open hold a draining API server up.
+		t.Logf("kube-apiserver did not stop within its timeout and was killed: %v", err)
+	}
+	e.stopped = nil
+	// The killed process may hold the port a moment longer.
+	addr := e.address(t)
+	for {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			ln.Close()
+			break
+		}
+		if time.Since(began) > startTimeout {
+			t.Fatalf("the API server's port %s is still taken: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	if err := e.env.ControlPlane.GetAPIServer().Start(); err != nil {
 		t.Fatalf("restart kube-apiserver: %v", err)
 	}
 	t.Logf("kube-apiserver restarted in %s", time.Since(began).Round(time.Millisecond))
+}
+
+// address is host:port of the API server.
+func (e *Env) address(t testing.TB) string {
+	t.Helper()
+	u, err := url.Parse(e.Config.Host)
+	if err != nil {
+		t.Fatalf("API server address %q: %v", e.Config.Host, err)
+	}
+	return u.Host
 }
 
 // logFile opens the output file of one server, closed when t ends.

@@ -18,11 +18,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
@@ -50,6 +52,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(nt.SleeperEnv) != "" {
 		nt.Sleep()
 	}
+	// The test's own client logs through controller-runtime's global
+	// logger, which warns after 30 s when nobody set it.
+	ctrllog.SetLogger(logr.Discard())
 	code := m.Run()
 	if binPath != "" {
 		os.RemoveAll(filepath.Dir(binPath))
