@@ -56,7 +56,10 @@ func parseKey(key string) (name string, uid types.UID, ok bool) {
 		return "", "", false
 	}
 	name, u, ok := strings.Cut(rest, "/")
-	return name, types.UID(u), ok && name != "" && u != ""
+	if !ok || name == "" || u == "" {
+		return "", "", false
+	}
+	return name, types.UID(u), true
 }
 
 // Options configure New. Zero values take the documented defaults.
