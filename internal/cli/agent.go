@@ -8,14 +8,22 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"runtime/debug"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gpuchaos/gpuchaos/internal/agent"
+	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
+	"github.com/gpuchaos/gpuchaos/internal/nodeagent"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 	"github.com/gpuchaos/gpuchaos/internal/twin/live"
 	"github.com/gpuchaos/gpuchaos/internal/twin/twingpu"
@@ -34,7 +42,17 @@ type agentFlags struct {
 	verbose  bool
 	noXID    bool
 	kmsgPath string
+	// NodeFault mode (with --node-name).
+	nodeName   string
+	kubeconfig string
+	ledger     string
+	resync     time.Duration
 }
+
+// DefaultAgentLedger is where the agent journals the NodeFaults it
+// applies: on the host (the DaemonSet mounts /var/lib/gpuchaos), so a
+// restarted agent pod finds what its predecessor left.
+const DefaultAgentLedger = "/var/lib/gpuchaos/agent/ledger.jsonl"
 
 func newAgentCmd() *cobra.Command {
 	var fl agentFlags
@@ -62,6 +80,28 @@ by GPU and code, the GPU found by the line's PCI bus id. Without access to
 the kernel log it warns once and serves metrics without XIDs;
 --no-xid-watch turns the watch off.
 
+With --node-name (default: $NODE_NAME, which the DaemonSet sets from the
+pod's spec.nodeName) it also applies the NodeFaults of that node that the
+gpuchaos controller creates: it watches those labelled gpuchaos.dev/node=
+NAME, injects each through this node's own mechanisms (kernel log,
+network namespaces, cgroups, child processes), journalling it in --ledger
+first, and reports Applied, Recovered or Failed in the NodeFault's status.
+Faults through the API server (pod-delete, node-cordon, node-taint,
+daemonset-pod-delete) are the controller's and are left alone. Each fault
+is recovered when its action becomes Recover, when it is deleted, and at
+its expiresAt on the agent's own timer, even while the API server is
+unreachable; the status catches up when it returns. It reports this
+node's GPUs on its Node as the gpuchaos.dev/gpus annotation (an empty
+list without NVML). Without NVML it still applies NodeFaults, serving no
+metrics. --kubeconfig names a kubeconfig; empty means the pod's
+in-cluster service account.
+
+On SIGTERM or Ctrl-C it stops without recovering: faults in effect stay
+in effect and in the ledger, and the next agent on the node recovers each
+when it expires, is set to Recover or is deleted (a rolling update of the
+DaemonSet does not cut experiments short). 'gpuchaos recover --ledger'
+recovers them at once by hand.
+
 NVLink bandwidth and DCGM's profiling fields (DCGM_FI_PROF_*) need DCGM's
 host engine and are not exported. A GPU that stops answering disappears
 from the page. --twin serves a simulated node instead of NVML, for a
@@ -69,7 +109,8 @@ machine without a GPU. /healthz answers 200 while sampling runs. Stop with
 Ctrl-C.`,
 		Example: `  gpuchaos agent
   gpuchaos agent --listen 127.0.0.1:9400 --interval 1s
-  gpuchaos agent --twin --twin-gpus 2`,
+  gpuchaos agent --twin --twin-gpus 2
+  gpuchaos agent --node-name gpu-node-0 --kubeconfig ~/.kube/config`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return fl.run(cmd) },
 	}
@@ -84,6 +125,10 @@ Ctrl-C.`,
 	f.BoolVarP(&fl.verbose, "verbose", "v", false, "log state changes to stderr (the same as --log-level info)")
 	f.BoolVar(&fl.noXID, "no-xid-watch", false, "do not follow the kernel log for XID errors")
 	f.StringVar(&fl.kmsgPath, "kmsg", kmsg.DefaultPath, "kernel log device to follow for XID errors")
+	f.StringVar(&fl.nodeName, "node-name", os.Getenv("NODE_NAME"), "apply the NodeFaults of this Kubernetes node (default $NODE_NAME; empty: serve metrics only)")
+	f.StringVar(&fl.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (with --node-name; empty: in-cluster service account)")
+	f.StringVar(&fl.ledger, "ledger", DefaultAgentLedger, "journal of the NodeFaults applied on this node (with --node-name)")
+	f.DurationVar(&fl.resync, "resync", 30*time.Second, "how often to list this node's NodeFaults besides watching them (with --node-name)")
 	return cmd
 }
 
@@ -93,6 +138,10 @@ func (fl agentFlags) run(cmd *cobra.Command) error {
 		return fmt.Errorf("--interval: must be at least 10ms, got %s", fl.interval)
 	case fl.twin && (fl.twinGPUs < 1 || fl.twinGPUs > 64):
 		return fmt.Errorf("--twin-gpus: must be 1..64, got %d", fl.twinGPUs)
+	case fl.nodeName != "" && fl.resync < 100*time.Millisecond:
+		return fmt.Errorf("--resync: must be at least 100ms, got %s", fl.resync)
+	case fl.nodeName != "" && fl.ledger == "":
+		return fmt.Errorf("--ledger: the node agent journals every NodeFault it applies; name a ledger")
 	}
 	ctx, cancel := context.WithCancel(cmd.Context())
 	defer cancel()
@@ -124,12 +173,39 @@ func (fl agentFlags) run(cmd *cobra.Command) error {
 		src, srcName, runner = s, "twin", r
 	} else {
 		s, err := gpu.OpenNVML()
-		if err != nil {
+		switch {
+		case err == nil:
+			src, srcName = s, "nvml"
+		case fl.nodeName == "":
 			return failed(fmt.Errorf("agent: %w (use --twin on a machine without a GPU)", err))
+		default:
+			// Network, storage and process faults need no GPU: the
+			// node still takes its NodeFaults.
+			fmt.Fprintf(cmd.ErrOrStderr(), "gpuchaos agent: warning: no GPUs (%v): serving no metrics, reporting no GPUs on node %s\n", err, fl.nodeName)
 		}
-		src, srcName = s, "nvml"
 	}
-	defer src.Close()
+	if src != nil {
+		defer src.Close()
+	}
+
+	var nodeAgent *nodeagent.Agent
+	if fl.nodeName != "" {
+		var devs []gpu.Device
+		if src != nil {
+			var err error
+			if devs, err = src.Devices(ctx); err != nil {
+				return failed(fmt.Errorf("agent: list GPUs: %w", err))
+			}
+		}
+		var err error
+		if nodeAgent, err = fl.newNodeAgent(devs, log); err != nil {
+			return err
+		}
+		if src == nil {
+			fmt.Fprintf(cmd.OutOrStdout(), "applying the NodeFaults of node %s (ledger %s; Ctrl-C to stop)\n", fl.nodeName, fl.ledger)
+			return failed(nodeAgent.Start(ctx))
+		}
+	}
 
 	a, err := agent.New(ctx, agent.Options{
 		Source: src, SourceName: srcName, Interval: fl.interval, NUMAInterval: fl.numa,
@@ -146,7 +222,49 @@ func (fl agentFlags) run(cmd *cobra.Command) error {
 		return failed(fmt.Errorf("--listen: %w", err))
 	}
 	fmt.Fprintf(cmd.OutOrStdout(), "serving %d GPUs (%s) at http://%s/metrics (Ctrl-C to stop)\n", len(a.Devices()), srcName, ln.Addr())
+	if nodeAgent != nil {
+		fmt.Fprintf(cmd.OutOrStdout(), "applying the NodeFaults of node %s (ledger %s)\n", fl.nodeName, fl.ledger)
+		return failed(serveAgent(ctx, a, runner, ln, nodeAgent.Start))
+	}
 	return failed(serveAgent(ctx, a, runner, ln))
+}
+
+// newNodeAgent connects to the cluster and opens the ledger of NodeFault
+// mode.
+func (fl agentFlags) newNodeAgent(devs []gpu.Device, log *slog.Logger) (*nodeagent.Agent, error) {
+	// controller-runtime's client logs through its own global logger,
+	// which warns on stderr after 30 s when nobody set it.
+	ctrllog.SetLogger(logr.FromSlogHandler(log.With("component", "client").Handler()))
+	var (
+		cfg *rest.Config
+		err error
+	)
+	if fl.kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+			&clientcmd.ClientConfigLoadingRules{ExplicitPath: fl.kubeconfig}, &clientcmd.ConfigOverrides{}).ClientConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("--kubeconfig: %w", err)
+	}
+	c, err := client.NewWithWatch(cfg, client.Options{Scheme: nodeagent.Scheme()})
+	if err != nil {
+		return nil, failed(fmt.Errorf("agent: API client: %w", err))
+	}
+	name := os.Getenv("POD_NAME")
+	if name == "" {
+		name = "gpuchaos-agent/" + fl.nodeName
+	}
+	a, err := nodeagent.New(nodeagent.Options{
+		Client: c, Node: fl.nodeName, Ledger: fl.ledger, GPUs: devs, Agent: name, Resync: fl.resync,
+		Env:    all.Env{Kmsg: kmsg.Writer{}, Logger: log.With("component", "injector")},
+		Logger: log.With("component", "nodeagent", "node", fl.nodeName),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // watchXIDs follows the kernel log at path and records every XID in a,
@@ -173,7 +291,7 @@ func watchXIDs(ctx context.Context, a *agent.Agent, path string, warn io.Writer)
 // serveAgent runs the agent's sampling loop, the twin behind it (when
 // there is one) and the HTTP server until ctx ends or one of them fails,
 // then stops all and waits for them.
-func serveAgent(ctx context.Context, a *agent.Agent, r *live.Runner, ln net.Listener) error {
+func serveAgent(ctx context.Context, a *agent.Agent, r *live.Runner, ln net.Listener, more ...func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	srv := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second}
@@ -188,6 +306,9 @@ func serveAgent(ctx context.Context, a *agent.Agent, r *live.Runner, ln net.List
 	}
 	if r != nil {
 		loops = append(loops, func() error { return r.Start(ctx) })
+	}
+	for _, m := range more {
+		loops = append(loops, func() error { return m(ctx) })
 	}
 	errc := make(chan error, len(loops))
 	for _, loop := range loops {

@@ -76,6 +76,9 @@ func TestAgentBadInput(t *testing.T) {
 		{"interval too short", []string{"agent", "--interval", "1ms"}, "--interval", 2},
 		{"no twin gpus", []string{"agent", "--twin", "--twin-gpus", "0"}, "--twin-gpus", 2},
 		{"stray argument", []string{"agent", "extra"}, "unknown command", 2},
+		{"resync too short", []string{"agent", "--node-name", "n1", "--resync", "1ms"}, "--resync", 2},
+		{"no ledger", []string{"agent", "--node-name", "n1", "--ledger", ""}, "--ledger", 2},
+		{"missing kubeconfig", []string{"agent", "--node-name", "n1", "--listen", "127.0.0.1:0", "--kubeconfig", "/nonexistent/kubeconfig", "--ledger", "/nonexistent/ledger"}, "--kubeconfig", 2},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,8 @@ package kubetest
 
 import (
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -146,6 +148,9 @@ type Env struct {
 	env    *envtest.Environment
 
 	kwokExited <-chan struct{} // closed when StartKWOK's kwok exits
+	// stopped is set between StopAPIServer and StartAPIServer; it
+	// yields the stop's outcome.
+	stopped chan error
 }
 
 // Start starts etcd and kube-apiserver from [Assets]' folder, waits until
@@ -185,6 +190,10 @@ func Start(t testing.TB, opts Options) *Env {
 	// environment cannot swap in another binary either.
 	api := e.env.ControlPlane.GetAPIServer()
 	api.Path = filepath.Join(assets, apiServerBin)
+	// A certificate folder of our own outlives a stop of the API server
+	// (envtest clears and regenerates one it made itself), so a restart
+	// serves the same certificates and Kubeconfig stays valid.
+	api.CertDir = t.TempDir()
 	etcd := &envtest.Etcd{Path: filepath.Join(assets, etcdBin)}
 	e.env.ControlPlane.Etcd = etcd
 	var err error
@@ -223,6 +232,86 @@ func Start(t testing.TB, opts Options) *Env {
 		t.Fatalf("write the test kubeconfig: %v", err)
 	}
 	return e
+}
+
+// StopAPIServer stops kube-apiserver, leaving etcd running, so a test can
+// see what a client does while the API server is unreachable. It returns
+// once the API server refuses connections; the process may still be
+// draining its watches (it waits for them up to its stop timeout, then is
+// killed), which [Env.StartAPIServer] waits out.
+func (e *Env) StopAPIServer(t testing.TB) {
+	t.Helper()
+	if e.stopped != nil {
+		t.Fatal("StopAPIServer: the API server is already stopped")
+	}
+	stopped := make(chan error, 1)
+	e.stopped = stopped
+	go func() { stopped <- e.env.ControlPlane.GetAPIServer().Stop() }()
+	// Registered after the control plane's own stop, so it runs first:
+	// the two must not stop the one process at once.
+	t.Cleanup(func() {
+		if e.stopped == stopped {
+			<-stopped
+		}
+	})
+	addr := e.address(t)
+	deadline := time.Now().Add(startTimeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("kube-apiserver still accepts connections on %s %s after it was told to stop", addr, startTimeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// StartAPIServer starts kube-apiserver again after [Env.StopAPIServer], on
+// the same etcd, port and certificates, so Config, Client and Kubeconfig
+// work unchanged and every object is still there. It returns once the API
+// server answers /healthz.
+func (e *Env) StartAPIServer(t testing.TB) {
+	t.Helper()
+	if e.stopped == nil {
+		t.Fatal("StartAPIServer: the API server was not stopped")
+	}
+	began := time.Now()
+	if err := <-e.stopped; err != nil {
+		// Stop kills what outlives its timeout: watches a client keeps
+		// open hold a draining API server up.
+		t.Logf("kube-apiserver did not stop within its timeout and was killed: %v", err)
+	}
+	e.stopped = nil
+	// The killed process may hold the port a moment longer.
+	addr := e.address(t)
+	for {
+		ln, err := net.Listen("tcp", addr)
+		if err == nil {
+			ln.Close()
+			break
+		}
+		if time.Since(began) > startTimeout {
+			t.Fatalf("the API server's port %s is still taken: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := e.env.ControlPlane.GetAPIServer().Start(); err != nil {
+		t.Fatalf("restart kube-apiserver: %v", err)
+	}
+	t.Logf("kube-apiserver restarted in %s", time.Since(began).Round(time.Millisecond))
+}
+
+// address is host:port of the API server.
+func (e *Env) address(t testing.TB) string {
+	t.Helper()
+	u, err := url.Parse(e.Config.Host)
+	if err != nil {
+		t.Fatalf("API server address %q: %v", e.Config.Host, err)
+	}
+	return u.Host
 }
 
 // logFile opens the output file of one server, closed when t ends.

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpuchaos/gpuchaos/internal/kubetest"
@@ -243,5 +244,48 @@ func TestGarbageCollectionNeedsControllerManager(t *testing.T) {
 			}
 			return apierrors.IsNotFound(err)
 		})
+	}
+}
+
+// Stopping the API server makes requests fail; starting it again brings
+// back the same objects on the same address, and the kubeconfig a process
+// was given still reaches it.
+func TestRestartAPIServer(t *testing.T) {
+	t.Parallel()
+	env := kubetest.Start(t, kubetest.Options{})
+	ctx := t.Context()
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "survives"}, Data: map[string]string{"k": "v"}}
+	if err := env.Client.Create(ctx, cm); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	host := env.Config.Host
+
+	env.StopAPIServer(t)
+	var got corev1.ConfigMap
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(cm), &got); err == nil {
+		t.Fatal("a stopped API server answered a get")
+	}
+
+	env.StartAPIServer(t)
+	if env.Config.Host != host {
+		t.Errorf("host moved from %s to %s", host, env.Config.Host)
+	}
+	// A fresh client from the kubeconfig file, as a process under test
+	// would build, proves the certificates and port unchanged.
+	cfg, err := clientcmd.BuildConfigFromFlags("", env.Kubeconfig)
+	if err != nil {
+		t.Fatalf("read the kubeconfig: %v", err)
+	}
+	fresh, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []client.Client{env.Client, fresh} {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cm), &got); err != nil {
+			t.Fatalf("get after restart: %v", err)
+		}
+		if got.Data["k"] != "v" {
+			t.Fatalf("after restart data = %v, want k=v (same etcd)", got.Data)
+		}
 	}
 }
