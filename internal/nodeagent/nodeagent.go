@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +30,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/gpu"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
+	"github.com/gpuchaos/gpuchaos/internal/podproc"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/target/localtarget"
 )
@@ -91,6 +94,9 @@ type Options struct {
 	Retry time.Duration
 	// APITimeout bounds each API request; default 30s.
 	APITimeout time.Duration
+	// CgroupRoot is where the node's cgroup hierarchies are mounted, for
+	// finding a pod's processes (podproc); empty means /sys/fs/cgroup.
+	CgroupRoot string
 	// Logger receives the agent's logs; nil discards them.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -527,7 +533,11 @@ func (a *Agent) apply(ctx context.Context, nf *v1alpha1.NodeFault) error {
 		return fail(err)
 	}
 	f, _ := catalog.Lookup(nf.Spec.Fault)
-	values, err := f.Resolve(nf.Spec.Params)
+	params, err := a.podParams(f, nf)
+	if err != nil {
+		return fail(err)
+	}
+	values, err := f.Resolve(params)
 	if err != nil {
 		return fail(fmt.Errorf("spec.params: %w", err))
 	}
@@ -547,7 +557,7 @@ func (a *Agent) apply(ctx context.Context, nf *v1alpha1.NodeFault) error {
 	}
 	entry := ledger.Entry{
 		Key: key, Run: nf.Name, Target: string(target.Local), Fault: nf.Spec.Fault, Mechanism: nf.Spec.Mechanism,
-		Params: nf.Spec.Params, Ref: ref, InjectedAt: now, Expires: nf.Spec.ExpiresAt.Time,
+		Params: params, Ref: ref, InjectedAt: now, Expires: nf.Spec.ExpiresAt.Time,
 	}
 	if err := a.ledger.Record(ctx, entry); err != nil {
 		a.mu.Unlock()
@@ -569,6 +579,31 @@ func (a *Agent) apply(ctx context.Context, nf *v1alpha1.NodeFault) error {
 	a.mu.Unlock()
 	log.Info("applied", "target", ref.Key(), "expires", nf.Spec.ExpiresAt.Time)
 	return a.setStatus(ctx, nf, report{phase: v1alpha1.NodeFaultApplied, appliedAt: now, at: now})
+}
+
+// podParams returns nf's params with the pid of its pod's process filled
+// in: a rank in a pod is found through the pod's cgroup on this node
+// (podproc), not by the environment variables a bare-metal rank carries,
+// and the rank injectors take it as their pid parameter. A pid the spec
+// names is kept.
+func (a *Agent) podParams(f *catalog.Fault, nf *v1alpha1.NodeFault) (map[string]string, error) {
+	t := nf.Spec.Target
+	if t.PodUID == "" || f.Param("pid") == nil {
+		return nf.Spec.Params, nil
+	}
+	if p := nf.Spec.Params["pid"]; p != "" && p != "0" {
+		return nf.Spec.Params, nil
+	}
+	pid, err := podproc.TargetPID(a.opts.CgroupRoot, t, "")
+	if err != nil {
+		return nil, fmt.Errorf("spec.target.podUID: pod %s (%s) on node %s: %w", t.Pod, t.PodUID, a.opts.Node, err)
+	}
+	params := maps.Clone(nf.Spec.Params)
+	if params == nil {
+		params = map[string]string{}
+	}
+	params["pid"] = strconv.Itoa(pid)
+	return params, nil
 }
 
 // ref is the inventory reference of nf's target on this node; a gpu is
