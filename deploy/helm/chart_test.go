@@ -130,7 +130,8 @@ func TestLint(t *testing.T) {
 // render runs helm template with the CRDs and returns the objects.
 func render(t *testing.T, set []string) []*unstructured.Unstructured {
 	t.Helper()
-	out := helm(t, append([]string{"template", release, chartDir, "--namespace", namespace, "--include-crds"}, setArgs(set)...)...)
+	// The Kubernetes of the test API server the objects are applied to.
+	out := helm(t, append([]string{"template", release, chartDir, "--namespace", namespace, "--include-crds", "--kube-version", kubetest.KubeVersion}, setArgs(set)...)...)
 	return decode(t, out)
 }
 
