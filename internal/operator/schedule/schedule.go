@@ -216,6 +216,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	due, next := dueTimes(s, loc, handledUntil(&sched), now)
 	switch {
 	case due.IsZero():
+	case slices.ContainsFunc(runs, func(e *v1alpha1.Experiment) bool { return e.Name == RunName(sched.Name, due) }):
+		// Started by an earlier reconcile whose status write this one
+		// does not see yet (a stale cache): it is not another run to
+		// forbid or replace.
+		sched.Status.LastScheduleTime = &metav1.Time{Time: due}
 	case sched.Spec.Suspend:
 		// Left unhandled: on resume it starts if still within the
 		// deadline, as a CronJob's missed run does.

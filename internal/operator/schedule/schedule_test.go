@@ -285,6 +285,40 @@ func TestScheduleOnRealAPIServer(t *testing.T) {
 		})
 	}
 
+	// A reconcile that reads the Schedule from a stale cache sees a due
+	// time as unhandled although its run exists: that run is the one for
+	// this due time, not a concurrent one to replace or forbid.
+	for _, p := range []v1alpha1.ConcurrencyPolicy{v1alpha1.ReplaceConcurrent, v1alpha1.ForbidConcurrent} {
+		t.Run("stale status does not replace or skip its own run "+string(p), func(t *testing.T) {
+			f := newFixture(t, env, v1alpha1.ScheduleSpec{Schedule: every5, ConcurrencyPolicy: p})
+			due1 := dueAfter(t, every5, f.clock.Now())
+			f.clock.Set(due1)
+			f.reconcile()
+			run1 := schedule.RunName("chaos", due1)
+			var before v1alpha1.Experiment
+			if err := f.c.Get(f.ctx, client.ObjectKey{Namespace: f.key.Namespace, Name: run1}, &before); err != nil {
+				t.Fatal(err)
+			}
+			s := f.schedule()
+			s.Status.LastScheduleTime = nil
+			if err := f.c.Status().Update(f.ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			f.reconcile()
+			var after v1alpha1.Experiment
+			if err := f.c.Get(f.ctx, client.ObjectKey{Namespace: f.key.Namespace, Name: run1}, &after); err != nil {
+				t.Fatalf("run %s after the stale reconcile: %v", run1, err)
+			}
+			if after.UID != before.UID || after.DeletionTimestamp != nil {
+				t.Errorf("run %s was replaced or is being deleted", run1)
+			}
+			s = f.schedule()
+			if s.Status.LastSkippedTime != nil || s.Status.LastScheduleTime == nil || !s.Status.LastScheduleTime.Time.Equal(due1) {
+				t.Errorf("status %+v, want lastScheduleTime %s and nothing skipped", s.Status, due1)
+			}
+		})
+	}
+
 	t.Run("suspend starts nothing; resuming within the deadline starts the missed run", func(t *testing.T) {
 		f := newFixture(t, env, v1alpha1.ScheduleSpec{Schedule: every5, Suspend: true})
 		due1 := dueAfter(t, every5, f.clock.Now())
