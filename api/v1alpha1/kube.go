@@ -61,6 +61,11 @@ const (
 	FinalizerRecover = "gpuchaos.dev/recover"
 )
 
+// ScheduleConditionValid is the Schedule condition that is False, with
+// reason InvalidSchedule or InvalidTimeZone, while spec.schedule or
+// spec.timeZone cannot be read; no run starts until they are fixed.
+const ScheduleConditionValid = "Valid"
+
 // GPUReport is one GPU as an agent reports it on its Node.
 type GPUReport struct {
 	Index int    `json:"index"`
@@ -336,7 +341,13 @@ type ScheduleSpec struct {
 
 // ScheduleStatus is what the Schedule last did.
 type ScheduleStatus struct {
+	// LastScheduleTime is the due time of the newest run started.
 	LastScheduleTime *metav1.Time `json:"lastScheduleTime,omitempty"`
+	// LastSkippedTime is the newest due time that started no run: under
+	// Forbid while one was still running, or found later than the
+	// controller's starting deadline (it was down, or the Schedule was
+	// suspended then). A due time is acted on once, run or skipped.
+	LastSkippedTime *metav1.Time `json:"lastSkippedTime,omitempty"`
 	// Active names the Experiments of this Schedule still running.
 	// +listType=atomic
 	Active []string `json:"active,omitempty"`

@@ -604,6 +604,10 @@ func (in *ScheduleStatus) DeepCopyInto(out *ScheduleStatus) {
 		in, out := &in.LastScheduleTime, &out.LastScheduleTime
 		*out = (*in).DeepCopy()
 	}
+	if in.LastSkippedTime != nil {
+		in, out := &in.LastSkippedTime, &out.LastSkippedTime
+		*out = (*in).DeepCopy()
+	}
 	if in.Active != nil {
 		in, out := &in.Active, &out.Active
 		*out = make([]string, len(*in))
