@@ -17,10 +17,9 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/colltrace"
 	"github.com/gpuchaos/gpuchaos/internal/engine"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
-	"github.com/gpuchaos/gpuchaos/internal/probe"
+	"github.com/gpuchaos/gpuchaos/internal/operator"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/target/localtarget"
 )
@@ -38,6 +37,7 @@ func newRunCmd() *cobra.Command {
 		promURL    string
 		settle     time.Duration
 		ledgerPath string
+		kubeconfig string
 		local      localFlags
 	)
 	cmd := &cobra.Command{
@@ -101,7 +101,7 @@ on a bad file or flag.`,
 				Seed: seed, Cluster: cluster, Warmup: warmup, Listen: listen, Settle: settle,
 				Prometheus: promURL, Ledger: ledgerPath, Exporters: local.exporters, Jobs: local.jobs,
 				ScrapeInterval: local.scrapeInterval, TraceLib: local.traceLib, TracePIDs: local.tracePIDs,
-				DryRun: dryRun, Notes: notes, Warn: cmd.ErrOrStderr(), Logger: logger(cmd),
+				DryRun: dryRun, Notes: notes, Warn: cmd.ErrOrStderr(), Logger: logger(cmd), Kubeconfig: kubeconfig,
 			}
 			if target.Kind(targetName) == target.Local && cfg.Ledger == "" && !dryRun {
 				if cfg.Ledger, err = defaultLedger(); err != nil {
@@ -173,7 +173,8 @@ on a bad file or flag.`,
 		},
 	}
 	addFormatFlag(cmd, &f)
-	cmd.Flags().StringVar(&targetName, "target", "twin", "where to run: twin (virtual clock), live (real time, metrics served for a real Prometheus) or local (this node); k8s arrives with the controller")
+	cmd.Flags().StringVar(&targetName, "target", "twin", "where to run: twin (virtual clock), live (real time, metrics served for a real Prometheus), local (this node) or k8s (a cluster through its node agents; see 'gpuchaos controller')")
+	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "k8s: kubeconfig file (default: the in-cluster config, else $KUBECONFIG or ~/.kube/config)")
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9400", "live: where to serve the twin's /metrics")
 	cmd.Flags().StringVar(&promURL, "prometheus", "http://127.0.0.1:9090", "live, local: the Prometheus that prometheus probes ask")
 	cmd.Flags().StringVar(&ledgerPath, "ledger", "", "local: injection journal (default "+rootLedger+" as root, else $XDG_STATE_HOME/gpuchaos/ledger.jsonl, ~/.local/state without it)")
@@ -245,13 +246,8 @@ func loadExperiment(path string) (*v1alpha1.Experiment, error) {
 		return nil, err
 	}
 	exp.Default()
-	err = exp.Validate(v1alpha1.ValidateOptions{
-		CheckFault: catalog.CheckSpec,
-		KnownDetector: func(name string) bool {
-			_, ok := probe.LookupDetector(name)
-			return ok || name == colltrace.DetectorName
-		},
-	})
+	// The same checks as the controller's admission.
+	err = exp.Validate(operator.ValidateOptions())
 	if err != nil {
 		return nil, locate(exp, path, err)
 	}
