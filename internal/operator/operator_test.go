@@ -33,7 +33,7 @@ const (
 	nsPlain = "plain"
 )
 
-func cluster(t *testing.T) *kubetest.Env {
+func cluster(t testing.TB) *kubetest.Env {
 	t.Helper()
 	env := kubetest.Start(t, kubetest.Options{CRDs: true})
 	ctx := context.Background()
@@ -57,7 +57,7 @@ func cluster(t *testing.T) *kubetest.Env {
 // every instant query is answered with the number of NodeFaults the agents
 // report applied, so an expectation "xid > 0" holds once a fault is in
 // effect and not before.
-func prometheus(t *testing.T, env *kubetest.Env) string {
+func prometheus(t testing.TB, env *kubetest.Env) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var l v1alpha1.NodeFaultList
 		if err := env.Client.List(r.Context(), &l); err != nil {
@@ -87,7 +87,7 @@ type agent struct {
 	kick        chan struct{}
 }
 
-func startAgent(t *testing.T, env *kubetest.Env) *agent {
+func startAgent(t testing.TB, env *kubetest.Env) *agent {
 	a := &agent{c: env.Client, kick: make(chan struct{}, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -165,7 +165,7 @@ func (a *agent) handle(ctx context.Context, nf *v1alpha1.NodeFault) {
 	})
 }
 
-func startController(t *testing.T, env *kubetest.Env, prom string) {
+func startController(t testing.TB, env *kubetest.Env, prom string) {
 	t.Helper()
 	log := slog.New(slog.DiscardHandler)
 	if os.Getenv("GPUCHAOS_TEST_LOG") != "" {
