@@ -21,7 +21,7 @@ func ebpfFaults() []*Fault {
 			}, whereParams()...),
 			Detectable: workload(),
 			Mechanisms: []Mechanism{{
-				Name: "cls-bpf", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetySafe, Reaches: workload(),
+				Name: "cls-bpf", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
 				Description: "Loads a direct-action cls_bpf program (written with cilium/ebpf's assembler) on the chosen hooks of a " +
 					"clsact qdisc on the GPU network interface; it returns TC_ACT_SHOT when bpf_get_prandom_u32 falls under " +
 					"the probability. Removing the filter restores the path." + kernelStackNote,
@@ -57,7 +57,7 @@ func ebpfFaults() []*Fault {
 			}, whereParams()...),
 			Detectable: workload(),
 			Mechanisms: []Mechanism{{
-				Name: "cls-bpf", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: workload(),
+				Name: "cls-bpf", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: workload(),
 				Description: "Loads cls_bpf programs on ingress and egress of the GPU network interface that drop TCP segments whose " +
 					"source or destination port lies in the range; nothing is reset, so peers wait rather than fail. IPv4 only: IPv6 " +
 					"segments pass unchanged." + kernelStackNote,

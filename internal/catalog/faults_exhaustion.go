@@ -49,7 +49,7 @@ func exhaustionFaults() []*Fault {
 			},
 			Detectable: gpuLayers(),
 			Mechanisms: []Mechanism{{
-				Name: "burn", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: gpuLayers(),
+				Name: "burn", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: gpuLayers(),
 				Description: "Runs `gpuchaos burn --duty load` on the GPU as a child process of gpuchaos: cuBLAS matrix products " +
 					"(loaded through purego, no CUDA toolkit) on every SM, idling after each batch so that it burns load of the wall time " +
 					"and GPU utilisation reads about load, each product checked bit for bit against a reference. It stops within two " +
@@ -73,7 +73,7 @@ func exhaustionFaults() []*Fault {
 			},
 			Detectable: gpuLayers(),
 			Mechanisms: []Mechanism{{
-				Name: "cuda-malloc", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: gpuLayers(),
+				Name: "cuda-malloc", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: gpuLayers(),
 				Description: "Runs `gpuchaos exhaust vram` on the GPU as a child process of gpuchaos: allocates fraction of the " +
 					"memory free at that moment (as cuMemGetInfo reports it) with cuMemAlloc in 1 GiB chunks, writes every byte so it " +
 					"is really backed, and frees it when recovery stops the process. Memory the job already holds is never taken, so a " +
@@ -94,7 +94,7 @@ func exhaustionFaults() []*Fault {
 			Params:     []Param{ceilingParam("87")},
 			Detectable: gpuLayers(),
 			Mechanisms: []Mechanism{{
-				Name: "burn", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: gpuLayers(),
+				Name: "burn", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: gpuLayers(),
 				Description: "Runs `gpuchaos burn` continuously on the GPU as a child process of gpuchaos for the experiment's " +
 					"duration, so heat builds in the board and chassis; it stops within two seconds of the temperature ceiling, and " +
 					"recovery stops the process.",
@@ -126,7 +126,7 @@ func exhaustionFaults() []*Fault {
 			},
 			Detectable: gpuLayers(),
 			Mechanisms: []Mechanism{{
-				Name: "cuda-memcpy", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: gpuLayers(),
+				Name: "cuda-memcpy", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: gpuLayers(),
 				Description: "Runs `gpuchaos exhaust pcie --rate rate` on the GPU as a child process of gpuchaos: loops pinned " +
 					"host-to-device and device-to-host copies (cuMemcpyHtoDAsync, cuMemcpyDtoHAsync) on two streams at once, each " +
 					"copy issued only once the bytes queued so far fit the rate since the start, so the link carries at most rate " +
@@ -162,7 +162,7 @@ func exhaustionFaults() []*Fault {
 						"and deletes it on recovery; the GPU must be shared for the pod to land there.",
 				},
 				{
-					Name: "burn", Targets: targetsLocal(), Safety: SafetyDisruptive,
+					Name: "burn", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
 					Reaches: []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload},
 					Misses:  []Layer{LayerK8sAPI},
 					Description: "Runs `gpuchaos burn --duty share` (stopping at 85 °C) and, when memory is above 0, `gpuchaos exhaust " +

@@ -315,7 +315,7 @@ func hardwareFaults() []*Fault {
 // it. misses lists the fault's other detectable layers.
 func kernelLogMechanism(what string, misses ...Layer) Mechanism {
 	return Mechanism{
-		Name: "kernel-log", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive,
+		Name: "kernel-log", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
 		Reaches: []Layer{LayerKernelLog},
 		Misses:  misses,
 		Description: "Writes " + what + " to /dev/kmsg in the driver's exact format (root needed). Kernel-log readers " +

@@ -60,7 +60,7 @@ func networkFaults() []*Fault {
 			}, whereParams()...),
 			Detectable: workload(),
 			Mechanisms: []Mechanism{{
-				Name: "netem", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetySafe, Reaches: workload(),
+				Name: "netem", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
 				Description: "Adds a netem qdisc with the delay on the GPU network interface. Needs the sch_netem module, which neither " +
 					"our development nor our GPU machines have: the injector says so and refuses rather than pretend." + kernelStackNote,
 			}},
@@ -85,12 +85,12 @@ func networkFaults() []*Fault {
 			Detectable: workload(),
 			Mechanisms: []Mechanism{
 				{
-					Name: "cls-bpf", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetySafe, Reaches: workload(),
+					Name: "cls-bpf", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
 					Description: "Attaches a direct-action cls_bpf program to a clsact qdisc on the GPU network interface that drops a " +
 						"packet when a random number falls under the probability (29–31 % of pings dropped at 0.30 here)." + kernelStackNote,
 				},
 				{
-					Name: "netem", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetySafe, Reaches: workload(),
+					Name: "netem", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
 					Description: "Adds a netem qdisc with the loss probability; needs sch_netem, which our machines lack." + kernelStackNote,
 				},
 			},
@@ -112,7 +112,7 @@ func networkFaults() []*Fault {
 			}, whereParams()...),
 			Detectable: workload(),
 			Mechanisms: []Mechanism{{
-				Name: "tc-tbf", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetySafe, Reaches: workload(),
+				Name: "tc-tbf", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
 				Description: "Replaces the root qdisc of the GPU network interface with a tbf at the rate and restores the previous one on recovery." + kernelStackNote,
 			}},
 			Signature: Signature{
@@ -137,7 +137,7 @@ func networkFaults() []*Fault {
 			Detectable: workload(),
 			Mechanisms: []Mechanism{
 				{
-					Name: "cls-bpf", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: workload(),
+					Name: "cls-bpf", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: workload(),
 					Description: "Attaches cls_bpf programs on ingress and egress of the GPU network interface that drop every packet to or " +
 						"from the prefix (and port): the destination address and port on egress, the source on ingress. IPv4 only: IPv6 " +
 						"packets pass unchanged, and so do non-first fragments when a port is given." + kernelStackNote,

@@ -111,7 +111,7 @@ func TestFaultsShowPlanned(t *testing.T) {
 		t.Errorf("faults: exit %d, want a LOCAL column with built and planned mechanisms:\n%s", code, out)
 	}
 	code, out, _ = runCLI(t, "", "faults", "hardware.xid")
-	for _, want := range []string{"kernel-log [disruptive] on local; planned for k8s:", "dcgm-inject [disruptive] planned for local, k8s (not built):", "twin [safe] on twin:"} {
+	for _, want := range []string{"kernel-log [disruptive] on local, k8s:", "dcgm-inject [disruptive] planned for local, k8s (not built):", "twin [safe] on twin:"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("faults hardware.xid: exit %d, want %q in\n%s", code, want, out)
 		}

@@ -17,10 +17,9 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/colltrace"
 	"github.com/gpuchaos/gpuchaos/internal/engine"
 	"github.com/gpuchaos/gpuchaos/internal/ledger"
-	"github.com/gpuchaos/gpuchaos/internal/probe"
+	"github.com/gpuchaos/gpuchaos/internal/operator"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/target/localtarget"
 )
@@ -38,8 +37,8 @@ func newRunCmd() *cobra.Command {
 		promURL    string
 		settle     time.Duration
 		ledgerPath string
-		local      localFlags
 		kubeconfig string
+		local      localFlags
 		namespace  string
 	)
 	cmd := &cobra.Command{
@@ -117,7 +116,7 @@ on a bad file or flag.`,
 				Seed: seed, Cluster: cluster, Warmup: warmup, Listen: listen, Settle: settle,
 				Prometheus: promURL, Ledger: ledgerPath, Exporters: local.exporters, Jobs: local.jobs,
 				ScrapeInterval: local.scrapeInterval, TraceLib: local.traceLib, TracePIDs: local.tracePIDs,
-				DryRun: dryRun, Notes: notes, Warn: cmd.ErrOrStderr(), Logger: logger(cmd),
+				DryRun: dryRun, Notes: notes, Warn: cmd.ErrOrStderr(), Logger: logger(cmd), Kubeconfig: kubeconfig,
 			}
 			if target.Kind(targetName) == target.Local && cfg.Ledger == "" && !dryRun {
 				if cfg.Ledger, err = defaultLedger(); err != nil {
@@ -263,13 +262,8 @@ func loadExperiment(path string) (*v1alpha1.Experiment, error) {
 		return nil, err
 	}
 	exp.Default()
-	err = exp.Validate(v1alpha1.ValidateOptions{
-		CheckFault: catalog.CheckSpec,
-		KnownDetector: func(name string) bool {
-			_, ok := probe.LookupDetector(name)
-			return ok || name == colltrace.DetectorName
-		},
-	})
+	// The same checks as the controller's admission.
+	err = exp.Validate(operator.ValidateOptions())
 	if err != nil {
 		return nil, locate(exp, path, err)
 	}

@@ -155,11 +155,11 @@ func TestRunDryRun(t *testing.T) {
 	}
 }
 
-func TestRunTargetNotAvailable(t *testing.T) {
+func TestRunK8sNeedsAKubeconfig(t *testing.T) {
 	t.Parallel()
-	code, _, errs := runCLI(t, "", "run", "../../examples/thermal-throttle.yaml", "--target", "k8s")
-	if code != 2 || !strings.Contains(errs, "--target: k8s is not available") {
-		t.Errorf("exit %d, stderr %q", code, errs)
+	code, _, errs := runCLI(t, "", "run", "../../examples/thermal-throttle.yaml", "--target", "k8s", "--kubeconfig", filepath.Join(t.TempDir(), "missing"))
+	if code != 2 || !strings.Contains(errs, "--kubeconfig: ") || strings.Count(strings.TrimSpace(errs), "\n") != 0 {
+		t.Errorf("exit %d, stderr %q; want 2 and one line naming --kubeconfig", code, errs)
 	}
 }
 
@@ -197,7 +197,7 @@ func TestRefusalsSayWhatToDo(t *testing.T) {
 		{"an endless cluster spec", []string{"demo", "--cluster", "/dev/zero"}, "--cluster: load cluster spec: /dev/zero: larger than the limit"},
 		{"a negative warm-up", []string{"run", "../../examples/thermal-throttle.yaml", "--warmup", "-5m"}, "--warmup: must not be negative, got -5m0s"},
 		{"a warm-up past the limit", []string{"run", "../../examples/thermal-throttle.yaml", "--warmup", "100000h"}, "--warmup: at most 24h0m0s, got 100000h0m0s"},
-		{"local experiment on the twin", []string{"run", "../../examples/local/sm-burn.yaml"}, `"burn" of exhaustion.sm-burn runs on target local, not twin: use --target local, or leave the mechanism out to use twin's own (twin)`},
+		{"local experiment on the twin", []string{"run", "../../examples/local/sm-burn.yaml"}, `"burn" of exhaustion.sm-burn runs on target local or k8s, not twin: use --target local, or leave the mechanism out to use twin's own (twin)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

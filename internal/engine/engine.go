@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
@@ -38,14 +39,25 @@ type Options struct {
 	// Seed drives target selection (modes one, fixed, percent).
 	Seed uint64
 	// OnEvent, if set, is called for every timeline event as it happens
-	// (for progress output). It must not block.
+	// (for progress output). It must not block. With Concurrency above
+	// one it is called from several goroutines, one call at a time.
 	OnEvent func(Event)
+	// Concurrency is how many injections (and recoveries) run at once;
+	// zero takes the target's (target.Settings), and below two they run
+	// one after another in plan order. A target whose injectors wait on
+	// something remote (a node agent acknowledging) sets it, so that many
+	// nodes are injected in about the time of one. Each injection is still
+	// recorded in the ledger before its Inject is called.
+	Concurrency int
 }
 
 // Engine runs experiments on one target. It is not safe for concurrent runs.
 type Engine struct {
 	opts Options
 	log  *slog.Logger
+	// mu guards a run's record while injections and recoveries run
+	// concurrently (Options.Concurrency).
+	mu sync.Mutex
 }
 
 // New returns an engine.
@@ -71,6 +83,9 @@ func New(opts Options) *Engine {
 	}
 	if opts.RecoveryWindow == 0 {
 		opts.RecoveryWindow = 10 * time.Minute
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = set.Concurrency
 	}
 	log := opts.Logger
 	if log == nil {
@@ -493,69 +508,148 @@ func (e *Engine) warmUp(ctx context.Context, rec *Record, exps []*expectation) e
 	return nil
 }
 
-// inject records and injects every planned injection in order, stopping at
-// the first failure. It returns what may have been applied.
+// inject records and injects every planned injection, stopping at the
+// first failure: in plan order, or Options.Concurrency at a time, each
+// recorded in the ledger just before its Inject. It returns what may have
+// been applied, in plan order.
 func (e *Engine) inject(ctx context.Context, rec *Record, plan *Plan) []Injection {
-	var done []Injection
-	for _, in := range plan.Injections {
-		inj, err := e.opts.Target.Injector(in.fault, in.mech)
+	recorded := make([]bool, len(plan.Injections))
+	var failed bool
+	e.forEach(len(plan.Injections), func(i int) bool {
+		e.mu.Lock()
+		stop := failed
+		e.mu.Unlock()
+		if stop {
+			return false
+		}
+		err := e.injectOne(ctx, rec, plan, plan.Injections[i], func() {
+			e.mu.Lock()
+			recorded[i] = true
+			e.mu.Unlock()
+		})
 		if err != nil {
-			rec.Err = fmt.Errorf("inject %s on %s: %w", in.Fault, refKey(in.Ref), err)
-			return done
+			e.mu.Lock()
+			if !failed {
+				failed = true
+				rec.Err = err
+			}
+			e.mu.Unlock()
+			return false
 		}
-		entry := ledger.Entry{
-			Key: in.Key, Run: plan.Experiment, Target: plan.Target, Fault: in.Fault, Mechanism: in.Mechanism,
-			Params: in.Params, Ref: in.Ref, InjectedAt: e.opts.Target.Now(),
-			Expires: e.opts.Target.Now().Add(rec.Experiment.Spec.Duration.Duration + e.opts.RecoveryWindow + time.Hour),
+		return true
+	})
+	var done []Injection
+	for i, in := range plan.Injections {
+		if recorded[i] {
+			done = append(done, in)
 		}
-		if err := e.opts.Ledger.Record(ctx, entry); err != nil {
-			rec.Err = fmt.Errorf("record %s before injecting: %w", in.Key, err)
-			return done
-		}
-		done = append(done, in)
-		// Whatever the injector starts that could outlive this process
-		// ends by itself after the experiment's window.
-		hold := fault.WithHoldUntil(ctx, e.opts.Target.Now().Add(rec.Experiment.Spec.Duration.Duration+max(e.opts.RecoveryWindow, 0)))
-		if err := inj.Inject(hold, in.Key, in.Ref, in.values); err != nil {
-			rec.Err = fmt.Errorf("inject %s on %s: %w", in.Fault, refKey(in.Ref), err)
-			return done
-		}
-		e.event(rec, "inject", in.Fault, refKey(in.Ref))
 	}
 	return done
 }
 
-// recover undoes injections in reverse order. It runs even when ctx is
-// cancelled: an interrupt must not leave faults behind.
+// injectOne records one injection (calling recorded once it is in the
+// ledger, so it is recovered whatever happens next) and injects it.
+func (e *Engine) injectOne(ctx context.Context, rec *Record, plan *Plan, in Injection, recorded func()) error {
+	inj, err := e.opts.Target.Injector(in.fault, in.mech)
+	if err != nil {
+		return fmt.Errorf("inject %s on %s: %w", in.Fault, refKey(in.Ref), err)
+	}
+	entry := ledger.Entry{
+		Key: in.Key, Run: plan.Experiment, Target: plan.Target, Fault: in.Fault, Mechanism: in.Mechanism,
+		Params: in.Params, Ref: in.Ref, InjectedAt: e.opts.Target.Now(),
+		Expires: e.opts.Target.Now().Add(rec.Experiment.Spec.Duration.Duration + e.opts.RecoveryWindow + time.Hour),
+	}
+	if err := e.opts.Ledger.Record(ctx, entry); err != nil {
+		return fmt.Errorf("record %s before injecting: %w", in.Key, err)
+	}
+	recorded()
+	// Whatever the injector starts that could outlive this process
+	// ends by itself after the experiment's window.
+	hold := fault.WithHoldUntil(ctx, e.opts.Target.Now().Add(rec.Experiment.Spec.Duration.Duration+max(e.opts.RecoveryWindow, 0)))
+	if err := inj.Inject(hold, in.Key, in.Ref, in.values); err != nil {
+		return fmt.Errorf("inject %s on %s: %w", in.Fault, refKey(in.Ref), err)
+	}
+	e.event(rec, "inject", in.Fault, refKey(in.Ref))
+	return nil
+}
+
+// forEach calls fn for 0..n-1: in order, stopping when fn returns false,
+// or with Options.Concurrency calls at once, starting no new call once one
+// has returned false.
+func (e *Engine) forEach(n int, fn func(i int) bool) {
+	if e.opts.Concurrency < 2 {
+		for i := range n {
+			if !fn(i) {
+				return
+			}
+		}
+		return
+	}
+	var (
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, e.opts.Concurrency)
+		mu   sync.Mutex
+		stop bool
+	)
+	for i := range n {
+		sem <- struct{}{}
+		mu.Lock()
+		s := stop
+		mu.Unlock()
+		if s {
+			<-sem
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if !fn(i) {
+				mu.Lock()
+				stop = true
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// recover undoes injections in reverse order (Options.Concurrency at a
+// time when set). It runs even when ctx is cancelled: an interrupt must
+// not leave faults behind.
 func (e *Engine) recover(ctx context.Context, rec *Record, done []Injection) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer cancel()
-	for i := len(done) - 1; i >= 0; i-- {
-		in := done[i]
-		inj, err := e.opts.Target.Injector(in.fault, in.mech)
-		if err == nil {
-			err = inj.Recover(rctx, in.Key)
-		}
-		what := Describe(in.Fault, in.Ref, in.Params)
-		status := outcome(err)
-		if status == StillPending {
-			err = fmt.Errorf("recover %s: %w (left in the ledger for the next start)", what, err)
-			e.event(rec, "error", in.Fault, err.Error())
-			if rec.Err == nil {
-				rec.Err = err
-			}
-			continue
-		}
-		if err := e.opts.Ledger.Done(rctx, in.Key); err != nil {
-			e.event(rec, "error", in.Fault, "mark recovered in ledger: "+err.Error())
-		}
-		if status == Gone {
-			e.event(rec, "recover", in.Fault, refKey(in.Ref)+": target gone: "+err.Error())
-			continue
-		}
-		e.event(rec, "recover", in.Fault, refKey(in.Ref))
-	}
+	e.forEach(len(done), func(j int) bool {
+		e.recoverOne(rctx, rec, done[len(done)-1-j])
+		return true
+	})
 	rec.RecoveredAt = e.opts.Target.Now()
+}
+
+func (e *Engine) recoverOne(rctx context.Context, rec *Record, in Injection) {
+	inj, err := e.opts.Target.Injector(in.fault, in.mech)
+	if err == nil {
+		err = inj.Recover(rctx, in.Key)
+	}
+	what := Describe(in.Fault, in.Ref, in.Params)
+	status := outcome(err)
+	if status == StillPending {
+		err = fmt.Errorf("recover %s: %w (left in the ledger for the next start)", what, err)
+		e.event(rec, "error", in.Fault, err.Error())
+		e.mu.Lock()
+		if rec.Err == nil {
+			rec.Err = err
+		}
+		e.mu.Unlock()
+		return
+	}
+	if err := e.opts.Ledger.Done(rctx, in.Key); err != nil {
+		e.event(rec, "error", in.Fault, "mark recovered in ledger: "+err.Error())
+	}
+	if status == Gone {
+		e.event(rec, "recover", in.Fault, refKey(in.Ref)+": target gone: "+err.Error())
+		return
+	}
+	e.event(rec, "recover", in.Fault, refKey(in.Ref))
 }
 
 func (e *Engine) observe(ctx context.Context, rec *Record, plan *Plan, exps []*expectation, aborts []probe.Probe, end time.Time) error {
@@ -733,6 +827,8 @@ func (e *Engine) fail(rec *Record, err error) (*Record, error) {
 }
 
 func (e *Engine) event(rec *Record, kind, name, detail string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
 	now := e.opts.Target.Now()
 	ev := Event{Time: now, Kind: kind, Name: name, Detail: detail}
 	if !rec.InjectedAt.IsZero() {

@@ -79,6 +79,9 @@ type Settings struct {
 	Ledger ledger.Ledger
 	// LedgerPath names Ledger in messages.
 	LedgerPath string
+	// Concurrency is how many injections and recoveries a run makes at
+	// once (engine.Options.Concurrency); zero or one runs them in order.
+	Concurrency int
 }
 
 // Config is everything a target may be opened with; each kind reads the
@@ -122,6 +125,10 @@ type Config struct {
 	Warn io.Writer
 	// Logger receives the target's and its injectors' logs; nil discards.
 	Logger *slog.Logger
+	// Kubeconfig is the kubeconfig file of the cluster (k8s); empty means
+	// the in-cluster config, else $KUBECONFIG or ~/.kube/config as
+	// kubectl finds them.
+	Kubeconfig string
 }
 
 // Opener opens a target of one kind.

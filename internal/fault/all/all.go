@@ -77,20 +77,22 @@ func (e Entry) Serves(faultID, mechanism string) bool {
 // served by one entry at most. The slice is new on every call.
 func Registry() []Entry {
 	twin, local := []string{"twin"}, []string{"local"}
+	// On k8s the node's agent runs these same injectors for NodeFaults.
+	node := []string{"local", "k8s"}
 	return []Entry{
 		{Mechanism: catalog.MechanismTwin, Targets: twin, New: newTwin},
-		{Mechanism: "kernel-log", Targets: local, New: newKmsg, Faults: []string{
+		{Mechanism: "kernel-log", Targets: node, New: newKmsg, Faults: []string{
 			"hardware.xid", "hardware.ecc-sbe-storm", "hardware.ecc-dbe", "hardware.row-remap-pending",
 			"hardware.row-remap-failure", "hardware.nvlink-down", "hardware.fallen-off-bus", "hardware.gsp-timeout"}},
 
-		{Mechanism: "burn", Targets: local, New: newGPUProc, Faults: []string{
+		{Mechanism: "burn", Targets: node, New: newGPUProc, Faults: []string{
 			"exhaustion.sm-burn", "exhaustion.thermal-soak", "exhaustion.noisy-neighbour"}},
-		{Mechanism: "cuda-malloc", Targets: local, New: newGPUProc, Faults: []string{"exhaustion.vram"}},
-		{Mechanism: "cuda-memcpy", Targets: local, New: newGPUProc, Faults: []string{"exhaustion.pcie"}},
+		{Mechanism: "cuda-malloc", Targets: node, New: newGPUProc, Faults: []string{"exhaustion.vram"}},
+		{Mechanism: "cuda-memcpy", Targets: node, New: newGPUProc, Faults: []string{"exhaustion.pcie"}},
 
-		{Mechanism: "tc-tbf", Targets: local, New: newNet, Faults: []string{"network.rate-limit"}},
-		{Mechanism: "netem", Targets: local, New: newNet, Faults: []string{"network.delay", "network.loss"}},
-		{Mechanism: "cls-bpf", Targets: local, New: newNet, Faults: []string{
+		{Mechanism: "tc-tbf", Targets: node, New: newNet, Faults: []string{"network.rate-limit"}},
+		{Mechanism: "netem", Targets: node, New: newNet, Faults: []string{"network.delay", "network.loss"}},
+		{Mechanism: "cls-bpf", Targets: node, New: newNet, Faults: []string{
 			"network.loss", "network.partition", "ebpf.packet-drop", "ebpf.port-blackhole"}},
 		{Mechanism: storagefault.MechanismBPF, Targets: local, New: newStorage, Faults: []string{storagefault.FaultID}},
 

@@ -25,7 +25,8 @@ func env(t *testing.T, target string) Env {
 	switch target {
 	case "twin":
 		return Env{Twin: player{}}
-	case "local":
+	case "local", "k8s":
+		// On k8s the node's agent builds the local injectors.
 		return Env{Kmsg: writer{}, StateDir: t.TempDir()}
 	}
 	t.Fatalf("no environment for target %s", target)

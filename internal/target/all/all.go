@@ -4,6 +4,7 @@
 package all
 
 import (
+	_ "github.com/gpuchaos/gpuchaos/internal/target/k8starget"
 	_ "github.com/gpuchaos/gpuchaos/internal/target/livetarget"
 	_ "github.com/gpuchaos/gpuchaos/internal/target/localtarget"
 	_ "github.com/gpuchaos/gpuchaos/internal/target/twintarget"

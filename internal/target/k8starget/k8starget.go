@@ -1,0 +1,386 @@
+// Package k8starget is the Kubernetes target: its inventory is the
+// cluster's nodes and training jobs' pods, its injections are NodeFault
+// objects that node agents (or the controller's own NodeFault reconciler,
+// for API mechanisms) apply and acknowledge, and its probes ask Prometheus
+// or the API server. The controller (internal/operator) builds one per
+// Experiment with New; `gpuchaos run --target k8s` opens one from a
+// kubeconfig.
+package k8starget
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/probe"
+	"github.com/gpuchaos/gpuchaos/internal/probe/promapi"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/tick"
+)
+
+// KubeProbeEnv is what a Kubernetes probe reads the cluster through.
+type KubeProbeEnv struct {
+	Reader client.Reader
+	// Namespace is the Experiment's.
+	Namespace string
+}
+
+// NewKubeProbe builds the probes of spec.kubernetes. Package
+// internal/probe/kubeprobe provides them; until it is linked (one
+// assignment where the binary is put together) such probes are refused.
+var NewKubeProbe func(name string, spec v1alpha1.KubernetesProbe, env KubeProbeEnv) (probe.Probe, error)
+
+// Defaults of Options.
+const (
+	DefaultPollInterval   = 5 * time.Second
+	DefaultRecoveryWindow = 5 * time.Minute
+	// DefaultConcurrency is how many NodeFaults a run creates and waits on
+	// at once: each costs one API call and a wait on the shared informer.
+	DefaultConcurrency = 100
+	// DefaultGrace is how long past a run's own window a NodeFault's
+	// agent waits before it recovers on its own.
+	DefaultGrace = 5 * time.Minute
+)
+
+// Options build a Target.
+type Options struct {
+	// Client writes NodeFaults and reads Nodes and Pods (a manager's
+	// cached client is fine).
+	Client client.Client
+	// Reader reads NodeFaults past any cache, to tell a deleted one from
+	// one the cache has not seen; nil uses Client.
+	Reader client.Reader
+	// Watcher wakes injections when their NodeFault changes.
+	Watcher *Watcher
+	// Experiment is the run's: its namespace and name label the
+	// NodeFaults, its uid names them.
+	Experiment *v1alpha1.Experiment
+	// Prometheus is the server prometheus probes ask when they name none.
+	Prometheus string
+	// HTTP sends Prometheus requests; nil is http.DefaultClient.
+	HTTP *http.Client
+	// PollInterval, RecoveryWindow, Concurrency and Grace default to the
+	// constants above.
+	PollInterval   time.Duration
+	RecoveryWindow time.Duration
+	Concurrency    int
+	Grace          time.Duration
+	Logger         *slog.Logger
+}
+
+// Target is one Experiment's view of a cluster.
+type Target struct {
+	tick.Wall
+	opts Options
+	log  *slog.Logger
+	stop func()
+
+	mu   sync.Mutex
+	pods map[string]PodRef // job/rank → pod, from the last inventory
+}
+
+// New returns the target of one Experiment run by a process that already
+// holds a client and a started cache (the controller).
+func New(opts Options) (*Target, error) {
+	if opts.Client == nil || opts.Watcher == nil || opts.Experiment == nil {
+		return nil, errors.New("k8s target: a client, a watcher and the experiment are required")
+	}
+	if opts.Reader == nil {
+		opts.Reader = opts.Client
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	if opts.RecoveryWindow == 0 {
+		opts.RecoveryWindow = DefaultRecoveryWindow
+	}
+	if opts.Concurrency <= 0 {
+		opts.Concurrency = DefaultConcurrency
+	}
+	if opts.Grace <= 0 {
+		opts.Grace = DefaultGrace
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Target{opts: opts, log: log}, nil
+}
+
+// Kind is k8s.
+func (*Target) Kind() target.Kind { return target.K8s }
+
+// Inventory lists the cluster's nodes, their GPUs and the training jobs'
+// ranks (see readInventory).
+func (t *Target) Inventory(ctx context.Context) (inventory.Inventory, error) {
+	inv, pods, err := readInventory(ctx, t.opts.Client, t.opts.Experiment.Namespace)
+	if err != nil {
+		return inv, err
+	}
+	t.mu.Lock()
+	t.pods = pods
+	t.mu.Unlock()
+	return inv, nil
+}
+
+// Settings: no ledger, because the NodeFaults in the API server are the
+// journal (a restarted controller finds them by label).
+func (t *Target) Settings() target.Settings {
+	return target.Settings{PollInterval: t.opts.PollInterval, RecoveryWindow: t.opts.RecoveryWindow, Concurrency: t.opts.Concurrency}
+}
+
+// Prepare has nothing to do: the cluster is already there.
+func (*Target) Prepare(context.Context) error { return nil }
+
+// Close stops what Open started.
+func (t *Target) Close() error {
+	if t.stop != nil {
+		t.stop()
+	}
+	return nil
+}
+
+// Probe builds prometheus probes against the configured server and
+// kubernetes probes through NewKubeProbe; other kinds read a node's files
+// or exporter, which only an agent on that node could.
+func (t *Target) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, error) {
+	switch {
+	case spec.Prometheus != nil:
+		return promapi.FromSpec(name, *spec.Prometheus, t.opts.Prometheus, t.opts.HTTP)
+	case spec.Kubernetes != nil:
+		if NewKubeProbe == nil {
+			return nil, fmt.Errorf("probe %s: kubernetes probes come from package internal/probe/kubeprobe, which this build does not link", name)
+		}
+		return NewKubeProbe(name, *spec.Kubernetes, KubeProbeEnv{Reader: t.opts.Client, Namespace: t.opts.Experiment.Namespace})
+	}
+	return nil, fmt.Errorf("probe %s: the k8s target runs prometheus and kubernetes probes only (detectors, log and threshold probes read one node's files and exporter)", name)
+}
+
+// Injector returns the injector that carries mechanism m of fault f to the
+// node as a NodeFault. Which process applies it (the node's agent, or the
+// controller for API mechanisms) is the NodeFault's business.
+func (t *Target) Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error) {
+	if f == nil || m == nil {
+		return nil, errors.New("an injector needs a fault and a mechanism")
+	}
+	if cm := f.Mechanism(m.Name); cm == nil || !slices.Contains(cm.Targets, string(target.K8s)) {
+		return nil, fmt.Errorf("mechanism %s of %s does not run on target k8s", m.Name, f.ID)
+	}
+	return &injector{t: t, f: f, m: m}, nil
+}
+
+// NodeFaultName is the name of the NodeFault that carries injection key
+// of the Experiment with uid: stable, so a repeated Inject finds the one
+// it made, and within the 253 characters of a name.
+func NodeFaultName(uid types.UID, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	u := strings.ReplaceAll(string(uid), "-", "")
+	if len(u) > 12 {
+		u = u[:12]
+	}
+	return "gc-" + u + "-" + hex.EncodeToString(sum[:8])
+}
+
+type injector struct {
+	t *Target
+	f *catalog.Fault
+	m *catalog.Mechanism
+}
+
+// nodeFault builds the NodeFault of one injection.
+func (in *injector) nodeFault(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) (*v1alpha1.NodeFault, error) {
+	t := in.t
+	exp := t.opts.Experiment
+	if ref.Node == "" {
+		return nil, fmt.Errorf("%s names no node: the k8s target injects on nodes", ref.Key())
+	}
+	expires, ok := fault.HoldUntil(ctx)
+	if !ok {
+		expires = t.Now().Add(exp.Spec.Duration.Duration + max(t.opts.RecoveryWindow, 0))
+	}
+	expires = expires.Add(t.opts.Grace)
+	tgt := v1alpha1.NodeFaultTarget{Kind: string(ref.Kind), UUID: ref.UUID, Key: ref.Key()}
+	switch ref.Kind {
+	case catalog.ScopeGPU:
+		g := ref.GPU
+		tgt.GPU = &g
+	case catalog.ScopeRank:
+		r := ref.Rank
+		tgt.Job, tgt.Rank = ref.Job, &r
+		if ref.GPU != inventory.NoGPU {
+			g := ref.GPU
+			tgt.GPU = &g
+		}
+		t.mu.Lock()
+		p, ok := t.pods[rankKey(ref.Job, ref.Rank)]
+		t.mu.Unlock()
+		if !ok {
+			return nil, fmt.Errorf("%s: no pod runs this rank", ref.Key())
+		}
+		tgt.Pod, tgt.PodUID = p.Namespace+"/"+p.Name, p.UID
+	case catalog.ScopeJob:
+		tgt.Job = ref.Job
+	}
+	params := map[string]string{}
+	for _, p := range in.f.Params {
+		params[p.Name] = fmt.Sprint(v[p.Name])
+	}
+	return &v1alpha1.NodeFault{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: NodeFaultName(exp.UID, key),
+			Labels: map[string]string{
+				v1alpha1.LabelNode:                ref.Node,
+				v1alpha1.LabelExperiment:          exp.Name,
+				v1alpha1.LabelExperimentNamespace: exp.Namespace,
+			},
+		},
+		Spec: v1alpha1.NodeFaultSpec{
+			NodeName: ref.Node, Fault: in.f.ID, Mechanism: in.m.Name, Params: params,
+			Target: tgt, Action: v1alpha1.ActionApply, ExpiresAt: metav1.NewTime(expires.UTC().Truncate(time.Second)),
+		},
+	}, nil
+}
+
+// Inject creates the NodeFault (once: an existing one is the same
+// injection) and waits until whoever applies it reports Applied.
+func (in *injector) Inject(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) error {
+	nf, err := in.nodeFault(ctx, key, ref, v)
+	if err != nil {
+		return err
+	}
+	if err := in.t.opts.Client.Create(ctx, nf); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create NodeFault %s: %w", nf.Name, err)
+	}
+	name := nf.Name
+	return in.t.opts.Watcher.Wait(ctx, name, func(nf *v1alpha1.NodeFault) (bool, error) {
+		if nf == nil {
+			return false, nil // created, not yet in the cache
+		}
+		if nf.Spec.Action == v1alpha1.ActionRecover {
+			return false, fmt.Errorf("NodeFault %s is being recovered", name)
+		}
+		switch nf.Status.Phase {
+		case v1alpha1.NodeFaultApplied:
+			return true, nil
+		case v1alpha1.NodeFaultFailed:
+			return false, fmt.Errorf("NodeFault %s on node %s failed: %s", name, nf.Spec.NodeName, agentSays(nf))
+		case v1alpha1.NodeFaultRecovered:
+			return false, fmt.Errorf("NodeFault %s on node %s recovered before it was reported applied: %s", name, nf.Spec.NodeName, agentSays(nf))
+		}
+		return false, nil
+	})
+}
+
+func agentSays(nf *v1alpha1.NodeFault) string {
+	msg := nf.Status.Message
+	if msg == "" {
+		msg = "no message"
+	}
+	if nf.Status.Agent != "" {
+		msg += " (" + nf.Status.Agent + ")"
+	}
+	return msg
+}
+
+// Recover asks for the NodeFault to be undone and waits until it is
+// reported Recovered. A NodeFault that does not exist was never created
+// (nothing to undo) or was deleted: that counts as recovered only when it
+// was seen Recovered before it went; deleted while applied, nobody can say
+// whether its agent undid it, so the injection stays pending
+// (fault.ErrUnproven). A Failed report under Recover is the agent saying
+// it could not undo it: pending too.
+func (in *injector) Recover(ctx context.Context, key string) error {
+	t := in.t
+	name := NodeFaultName(t.opts.Experiment.UID, key)
+	var nf v1alpha1.NodeFault
+	err := t.opts.Reader.Get(ctx, client.ObjectKey{Name: name}, &nf)
+	if apierrors.IsNotFound(err) {
+		return in.goneErr(name)
+	}
+	if err != nil {
+		return fmt.Errorf("read NodeFault %s: %w", name, err)
+	}
+	if nf.Status.Phase == v1alpha1.NodeFaultRecovered {
+		return nil
+	}
+	if err := SetRecover(ctx, t.opts.Client, &nf); apierrors.IsNotFound(err) {
+		return in.goneErr(name)
+	} else if err != nil {
+		return err
+	}
+	var gen int64 = nf.Generation
+	return t.opts.Watcher.Wait(ctx, name, func(nf *v1alpha1.NodeFault) (bool, error) {
+		if nf == nil {
+			var live v1alpha1.NodeFault
+			err := t.opts.Reader.Get(ctx, client.ObjectKey{Name: name}, &live)
+			if apierrors.IsNotFound(err) {
+				return false, in.goneErr(name)
+			}
+			return false, err
+		}
+		switch nf.Status.Phase {
+		case v1alpha1.NodeFaultRecovered:
+			return true, nil
+		case v1alpha1.NodeFaultFailed:
+			if nf.Status.ObservedGeneration >= gen {
+				return false, fmt.Errorf("NodeFault %s on node %s could not be recovered: %s: %w", name, nf.Spec.NodeName, agentSays(nf), fault.ErrUnproven)
+			}
+		}
+		return false, nil
+	})
+}
+
+func (in *injector) goneErr(name string) error {
+	phase, seen := in.t.opts.Watcher.lastPhase(name)
+	switch {
+	case !seen:
+		// Never seen by this process: a key that was never injected
+		// (the engine recovers what it recorded, including an Inject that
+		// failed before its Create).
+		return nil
+	case phase == v1alpha1.NodeFaultRecovered:
+		return nil
+	}
+	return fmt.Errorf("NodeFault %s was deleted while %s, so no agent reports its recovery: %w", name, phaseWord(phase), fault.ErrUnproven)
+}
+
+func phaseWord(p v1alpha1.NodeFaultPhase) string {
+	if p == "" {
+		return "unacknowledged"
+	}
+	return strings.ToLower(string(p))
+}
+
+// SetRecover sets a NodeFault's Action to Recover (a merge patch, so it
+// cannot lose to a concurrent status write); nf is updated in place.
+func SetRecover(ctx context.Context, c client.Client, nf *v1alpha1.NodeFault) error {
+	if nf.Spec.Action == v1alpha1.ActionRecover {
+		return nil
+	}
+	patch := client.MergeFrom(nf.DeepCopy())
+	nf.Spec.Action = v1alpha1.ActionRecover
+	if err := c.Patch(ctx, nf, patch); err != nil {
+		if apierrors.IsNotFound(err) {
+			return err
+		}
+		return fmt.Errorf("set NodeFault %s to Recover: %w", nf.Name, err)
+	}
+	return nil
+}

@@ -1,0 +1,93 @@
+package k8starget
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+)
+
+func init() { target.Register(target.K8s, open) }
+
+// Scheme holds the built-in kinds and gpuchaos's, for clients and caches
+// of this target and the controller.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
+	return s
+}
+
+// RESTConfig loads the cluster's config: the kubeconfig file when given,
+// else the in-cluster config, else $KUBECONFIG or ~/.kube/config, as
+// kubectl finds them.
+func RESTConfig(kubeconfig string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	if kubeconfig != "" {
+		rules.ExplicitPath = kubeconfig
+	} else if cfg, err := rest.InClusterConfig(); err == nil {
+		return cfg, nil
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	if err != nil {
+		return nil, &target.ConfigError{Field: "--kubeconfig", Err: err}
+	}
+	return cfg, nil
+}
+
+// open opens the target from a kubeconfig for one command-line run: it
+// starts its own NodeFault cache, and names its NodeFaults after a run
+// uid of its own, since no Experiment object exists in the cluster.
+func open(ctx context.Context, cfg target.Config) (target.Target, error) {
+	rc, err := RESTConfig(cfg.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	scheme := Scheme()
+	c, err := client.New(rc, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, &target.ConfigError{Field: "--kubeconfig", Err: err}
+	}
+	exp := &v1alpha1.Experiment{}
+	exp.UID = types.UID(uuid.NewUUID())
+	t, err := New(Options{Client: c, Watcher: &Watcher{}, Experiment: exp, Prometheus: cfg.Prometheus, Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.DryRun {
+		// Planning reads nodes and pods only.
+		return t, nil
+	}
+	ca, err := cache.New(rc, cache.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("k8s target: %w", err)
+	}
+	cctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w, err := NewWatcher(cctx, ca)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	go func() { _ = ca.Start(cctx) }()
+	sctx, scancel := context.WithTimeout(ctx, time.Minute)
+	defer scancel()
+	if !ca.WaitForCacheSync(sctx) {
+		cancel()
+		return nil, fmt.Errorf("k8s target: the NodeFault cache did not sync within a minute")
+	}
+	t.opts.Watcher = w
+	t.stop = cancel
+	return t, nil
+}
