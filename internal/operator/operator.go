@@ -12,6 +12,9 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gpuchaos/gpuchaos/internal/operator/schedule"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+
 	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -69,9 +72,10 @@ type Options struct {
 // share.
 const DefaultLeaderElectionID = "gpuchaos-controller"
 
-// New builds the manager with the Experiment reconciler registered. The
-// caller adds other reconcilers (Setup functions taking the manager) and
-// calls Start.
+// New builds the manager with every gpuchaos controller registered: the
+// Experiment reconciler, the Schedule controller and the reconciler that
+// applies API-mechanism NodeFaults (cordon, drain, taint, pod deletes). The
+// caller calls Start.
 func New(opts Options) (manager.Manager, error) {
 	if opts.Config == nil {
 		return nil, errors.New("operator: a REST config is required")
@@ -102,6 +106,7 @@ func New(opts Options) (manager.Manager, error) {
 		LeaderElectionReleaseOnCancel: true,
 		Metrics:                       metricsserver.Options{BindAddress: opts.MetricsBindAddress},
 		HealthProbeBindAddress:        opts.HealthProbeBindAddress,
+		Controller:                    config.Controller{SkipNameValidation: &opts.SkipNameValidation},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("controller manager: %w", err)
@@ -116,6 +121,9 @@ func New(opts Options) (manager.Manager, error) {
 	}
 	if _, err := Setup(mgr, opts); err != nil {
 		return nil, err
+	}
+	if err := schedule.Setup(mgr, schedule.Options{}); err != nil {
+		return nil, fmt.Errorf("schedule controller: %w", err)
 	}
 	return mgr, nil
 }

@@ -229,7 +229,7 @@ func (r *ExperimentReconciler) runExperiment(ctx context.Context, exp *v1alpha1.
 			meta.SetStatusCondition(&s.Conditions, metav1.Condition{Type: v1alpha1.ConditionRecovered, Status: status, Reason: "Stopped", Message: context.Cause(ctx).Error() + "; " + msg})
 		}
 		if err != nil && cause == nil {
-			s.Events = appendCapped(s.Events, v1alpha1.EventStatus{Time: now, Kind: "error", Detail: err.Error()})
+			addEvents(s, 0, v1alpha1.EventStatus{Time: now, Kind: "error", Detail: err.Error()})
 		}
 	})
 	if werr != nil {
@@ -254,6 +254,14 @@ func verdicts(rec *engine.Record) ([]v1alpha1.VerdictStatus, string) {
 	return out, fmt.Sprintf("%d/%d", passed, len(out))
 }
 
+// addEvents appends to the status's timeline, keeping the newest
+// MaxStatusEvents, and counts them (with dropped, those capped before they
+// reached it) in EventsTotal, so a follower knows what it missed.
+func addEvents(s *v1alpha1.ExperimentStatus, dropped int, more ...v1alpha1.EventStatus) {
+	s.EventsTotal = max(s.EventsTotal, len(s.Events)) + dropped + len(more)
+	s.Events = appendCapped(s.Events, more...)
+}
+
 func appendCapped(evs []v1alpha1.EventStatus, more ...v1alpha1.EventStatus) []v1alpha1.EventStatus {
 	evs = append(evs, more...)
 	if n := len(evs) - v1alpha1.MaxStatusEvents; n > 0 {
@@ -270,6 +278,7 @@ type reporter struct {
 
 	mu         sync.Mutex
 	pending    []v1alpha1.EventStatus
+	dropped    int // events capped out of pending before a flush
 	recovering bool
 	dirty      bool
 }
@@ -277,6 +286,9 @@ type reporter struct {
 func (p *reporter) event(ev engine.Event) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if len(p.pending) == v1alpha1.MaxStatusEvents {
+		p.dropped++
+	}
 	p.pending = appendCapped(p.pending, v1alpha1.EventStatus{Time: metav1.NewTime(ev.Time), Kind: ev.Kind, Name: ev.Name, Detail: ev.Detail})
 	if ev.Kind == "recover" {
 		p.recovering = true
@@ -325,13 +337,13 @@ func (p *reporter) flush(ctx context.Context, more func(*v1alpha1.ExperimentStat
 		phases[nf.Name] = nf.Status.Phase
 	}
 	p.mu.Lock()
-	evs := p.pending
-	p.pending = nil
+	evs, dropped := p.pending, p.dropped
+	p.pending, p.dropped = nil, 0
 	p.dirty = false
 	recovering := p.recovering
 	p.mu.Unlock()
 	return p.r.writeStatus(ctx, p.exp, func(s *v1alpha1.ExperimentStatus) {
-		s.Events = appendCapped(s.Events, evs...)
+		addEvents(s, dropped, evs...)
 		applied, recovered := 0, 0
 		for i := range s.Targets {
 			t := &s.Targets[i]
