@@ -25,15 +25,9 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/target/k8starget"
 )
 
-// ExperimentReconciler admits, runs and cleans up Experiments.
-//
-// +kubebuilder:rbac:groups=gpuchaos.dev,resources=experiments,verbs=get;list;watch;update;patch
-// +kubebuilder:rbac:groups=gpuchaos.dev,resources=experiments/status,verbs=get;update;patch
-// +kubebuilder:rbac:groups=gpuchaos.dev,resources=experiments/finalizers,verbs=update
-// +kubebuilder:rbac:groups=gpuchaos.dev,resources=nodefaults,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=namespaces;nodes;pods,verbs=get;list;watch
-// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// ExperimentReconciler admits, runs and cleans up Experiments. What it may
+// do in the cluster is granted by the RBAC markers in deploy/rbac, the one
+// place the chart's roles are generated from.
 type ExperimentReconciler struct {
 	client  client.Client
 	api     client.Reader
