@@ -115,7 +115,8 @@ func finiteFirst(params []Param, next func(Values) error) func(Values) error {
 
 // Targets of real mechanisms. A mechanism lists in Targets only the targets
 // internal/fault/all has an injector for, and the others it is meant for in
-// Planned; no mechanism has a k8s injector yet.
+// Planned. The k8s injectors (internal/fault/kubefault) act through the API
+// server alone; what must run on the node stays planned for k8s.
 func targetsLocal() []string    { return []string{"local"} }
 func targetsK8s() []string      { return []string{"k8s"} }
 func targetsLocalK8s() []string { return []string{"local", "k8s"} }
