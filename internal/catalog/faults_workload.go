@@ -123,11 +123,11 @@ func workloadFaults() []*Fault {
 			},
 		},
 		{
-			ID:         "workload.pod-kill",
-			Family:     FamilyWorkload,
-			Summary:    "Delete the job's pod on a node; it is rescheduled and the job restarts",
-			Scope:      ScopeNode,
-			Safety:     SafetyDisruptive,
+			ID:      "workload.pod-kill",
+			Family:  FamilyWorkload,
+			Summary: "Delete the job's pod on a node; it is rescheduled and the job restarts",
+			Scope:   ScopeNode,
+			Safety:  SafetyDisruptive,
 			Params: []Param{
 				{Name: "grace", Type: ParamDuration, Default: "0s", Min: "0s", Max: "1h", Help: "grace period of the deletion; 0 kills at once"},
 				{Name: "selector", Type: ParamString, Default: "", Help: "label selector of the job's pods (training.kubeflow.org/job-name=llm); empty takes every pod on the node that requests nvidia.com/gpu"},

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 )
@@ -27,6 +30,14 @@ func env(t *testing.T, target string) Env {
 		return Env{Twin: player{}}
 	case "local":
 		return Env{Kmsg: writer{}, StateDir: t.TempDir()}
+	case "k8s":
+		// Building an injector only keeps the client; kubefault's tests
+		// run the injectors against a real API server.
+		c, err := client.New(&rest.Config{Host: "https://127.0.0.1:1"}, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Env{Kube: c}
 	}
 	t.Fatalf("no environment for target %s", target)
 	return Env{}
@@ -119,6 +130,7 @@ func TestInjectorRefuses(t *testing.T) {
 		{"twin without a twin", "hardware.xid", "twin", Env{}, "needs the twin target"},
 		{"kernel log without a writer", "hardware.xid", "kernel-log", Env{}, "needs the kernel log of a local node"},
 		{"no state directory", "workload.kill-rank", "signal", Env{}, "mechanism signal of workload.kill-rank needs a state directory"},
+		{"no API server", "workload.cordon-drain", "node-cordon", Env{StateDir: t.TempDir()}, "mechanism node-cordon of workload.cordon-drain needs the API server"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -398,7 +398,7 @@ func testDrainBudget(t *testing.T, c cluster) {
 	two := intstr.FromInt32(2)
 	pdb := &policyv1.PodDisruptionBudget{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "web"},
-		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &two, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MinAvailable: &two, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}}},
 	}
 	if err := c.Client.Create(ctx, pdb); err != nil {
 		t.Fatal(err)
