@@ -109,8 +109,8 @@ func TestValidate(t *testing.T) {
 		{"duration over the limit", func(e *Experiment) { e.Spec.Duration = Duration{24*time.Hour + time.Second} }, "spec.duration: 24h0m1s is over the limit of 24h"},
 		{"check without name", func(e *Experiment) { e.Spec.SteadyState[0].Name = "" }, "spec.steadyState[0].name: required"},
 		{"check names repeat", func(e *Experiment) { e.Spec.SteadyState = append(e.Spec.SteadyState, e.Spec.SteadyState[0]) }, `spec.steadyState[1].name: duplicate name "cool" (also spec.steadyState[0])`},
-		{"probe with no kind", func(e *Experiment) { e.Spec.SteadyState[0].Probe = ProbeSpec{} }, "spec.steadyState[0].probe: set exactly one of detector, threshold, log, prometheus or workload (0 set)"},
-		{"probe with two kinds", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Detector = "kmsg-xid" }, "spec.steadyState[0].probe: set exactly one of detector, threshold, log, prometheus or workload (2 set)"},
+		{"probe with no kind", func(e *Experiment) { e.Spec.SteadyState[0].Probe = ProbeSpec{} }, "spec.steadyState[0].probe: set exactly one of detector, threshold, log, prometheus, workload or kubernetes (0 set)"},
+		{"probe with two kinds", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Detector = "kmsg-xid" }, "spec.steadyState[0].probe: set exactly one of detector, threshold, log, prometheus, workload or kubernetes (2 set)"},
 		{"bad metric", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Threshold.Metric = "gpu-temp" }, `spec.steadyState[0].probe.threshold.metric: "gpu-temp" is not a valid Prometheus metric name`},
 		{"recording-rule metric", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Threshold.Metric = "job:gpu_temp:max5m" }, ""},
 		{"missing metric", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Threshold.Metric = "" }, "spec.steadyState[0].probe.threshold.metric: required"},
@@ -187,7 +187,7 @@ func TestValidate(t *testing.T) {
 		}, `spec.expectations[0].probe.prometheus.url: "http://p:x/" is not a URL`},
 		{"prometheus in a check", func(e *Experiment) {
 			e.Spec.AbortWhen[0].Probe = ProbeSpec{Prometheus: &PrometheusProbe{Query: "up"}, Log: e.Spec.AbortWhen[0].Probe.Log}
-		}, "spec.abortWhen[0].probe: set exactly one of detector, threshold, log, prometheus or workload (2 set)"},
+		}, "spec.abortWhen[0].probe: set exactly one of detector, threshold, log, prometheus, workload or kubernetes (2 set)"},
 		{"workload resumed", func(e *Experiment) {
 			e.Spec.Expectations[0] = workExpect(WorkloadProbe{Check: "resumed", MaxFallback: intp(1)})
 		}, ""},
