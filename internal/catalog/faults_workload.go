@@ -211,7 +211,7 @@ func workloadFaults() []*Fault {
 			Params: []Param{
 				{Name: "key", Type: ParamString, Default: "gpuchaos.dev/quarantine", Help: "the taint's key, a qualified name (prefix/name)"},
 				{Name: "value", Type: ParamString, Default: "", Help: "the taint's value; empty for none"},
-				{Name: "effect", Type: ParamEnum, Default: "NoSchedule", Enum: []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}, Help: "NoExecute also evicts the pods that do not tolerate it"},
+				{Name: "effect", Type: ParamEnum, Default: "NoExecute", Enum: []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}, Help: "NoExecute evicts the pods that do not tolerate it; NoSchedule and PreferNoSchedule only keep new ones away"},
 			},
 			Detectable: []Layer{LayerWorkload, LayerK8sAPI},
 			Mechanisms: []Mechanism{{
@@ -222,11 +222,14 @@ func workloadFaults() []*Fault {
 			Signature: Signature{
 				Series:   []string{"kube_node_spec_taint", seriesJobUp, seriesJobRestartsTotal},
 				Workload: "NoSchedule and PreferNoSchedule: nothing until the job needs to reschedule. NoExecute: the job's ranks on the node die unless they tolerate the taint.",
+				// A taint is not a cordon: spec.unschedulable stays false,
+				// so NoSchedule plays nothing the twin models, and NoExecute
+				// plays the evictions alone.
 				Effects: func(v Values) []Effect {
 					if v.String("effect") == "NoExecute" {
-						return []Effect{{Kind: EffectNode, Mode: "drain"}}
+						return []Effect{{Kind: EffectNode, Mode: "pod-kill"}}
 					}
-					return []Effect{{Kind: EffectNode, Mode: "cordon"}}
+					return []Effect{}
 				},
 			},
 			Check: func(v Values) error {
