@@ -346,7 +346,7 @@ func testForeignCordon(t *testing.T, c cluster) {
 		wantMark        string
 		wantCordonAfter bool
 	}{
-		{"schedulable: ours to undo", func(*corev1.Node) {}, "k", false},
+		{"schedulable: ours to undo", func(*corev1.Node) {}, "ours", false},
 		{"cordoned by someone else", func(n *corev1.Node) { n.Spec.Unschedulable = true }, "", true},
 		{"cordoned by another injection", func(n *corev1.Node) {
 			n.Spec.Unschedulable = true
@@ -357,22 +357,28 @@ func testForeignCordon(t *testing.T, c cluster) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := unique("cordon")
 			c.node(t, n, tc.before)
+			// Keys name NodeFaults, unique in the cluster: recovery
+			// looks for its key on every node.
+			key, wantMark := n+"-k", tc.wantMark
+			if wantMark == "ours" {
+				wantMark = key
+			}
 			in := c.injector(t, "workload.cordon-drain", 0)
-			if err := in.Inject(ctx, "k", nodeRef(n), v); err != nil {
+			if err := in.Inject(ctx, key, nodeRef(n), v); err != nil {
 				t.Fatal(err)
 			}
 			got := c.getNode(t, n)
-			if !got.Spec.Unschedulable || got.Annotations[v1alpha1.AnnotationCordoned] != tc.wantMark {
-				t.Fatalf("after inject: unschedulable %v, mark %q; want true, %q", got.Spec.Unschedulable, got.Annotations[v1alpha1.AnnotationCordoned], tc.wantMark)
+			if !got.Spec.Unschedulable || got.Annotations[v1alpha1.AnnotationCordoned] != wantMark {
+				t.Fatalf("after inject: unschedulable %v, mark %q; want true, %q", got.Spec.Unschedulable, got.Annotations[v1alpha1.AnnotationCordoned], wantMark)
 			}
-			if err := in.Recover(ctx, "k"); err != nil {
+			if err := in.Recover(ctx, key); err != nil {
 				t.Fatal(err)
 			}
 			got = c.getNode(t, n)
 			if got.Spec.Unschedulable != tc.wantCordonAfter {
 				t.Fatalf("after recover: unschedulable %v, want %v", got.Spec.Unschedulable, tc.wantCordonAfter)
 			}
-			if mark := got.Annotations[v1alpha1.AnnotationCordoned]; mark == "k" {
+			if mark := got.Annotations[v1alpha1.AnnotationCordoned]; mark == key {
 				t.Fatal("recover left our mark")
 			}
 		})
@@ -416,7 +422,7 @@ func testDrainBudget(t *testing.T, c cluster) {
 
 	in := c.injector(t, "workload.cordon-drain", 100*time.Millisecond)
 	short, cancel := context.WithTimeout(ctx, 2*time.Second)
-	err := in.Inject(short, "k", nodeRef(n), faulttest.Values(t, "workload.cordon-drain", nil))
+	err := in.Inject(short, n, nodeRef(n), faulttest.Values(t, "workload.cordon-drain", nil))
 	cancel()
 	var de *kubefault.DrainError
 	if !errors.As(err, &de) {
@@ -441,7 +447,7 @@ func testDrainBudget(t *testing.T, c cluster) {
 	go func() {
 		long, cancel := context.WithTimeout(ctx, 3*wait)
 		defer cancel()
-		done <- in.Inject(long, "k", nodeRef(n), faulttest.Values(t, "workload.cordon-drain", nil))
+		done <- in.Inject(long, n, nodeRef(n), faulttest.Values(t, "workload.cordon-drain", nil))
 	}()
 	testutil.Eventually(t, wait, "one web pod evicted", func() bool { return c.alive(t, p1) != c.alive(t, p2) })
 	select {
@@ -464,7 +470,7 @@ func testDrainBudget(t *testing.T, c cluster) {
 	if !c.alive(t, ds) || !c.alive(t, static) {
 		t.Fatal("a DaemonSet or mirror pod was evicted")
 	}
-	if err := in.Recover(ctx, "k"); err != nil {
+	if err := in.Recover(ctx, n); err != nil {
 		t.Fatal(err)
 	}
 	if c.getNode(t, n).Spec.Unschedulable {
@@ -485,7 +491,7 @@ func testTaints(t *testing.T, c cluster) {
 	c.node(t, n, func(n *corev1.Node) { n.Spec.Taints = slices.Clone(foreign) })
 	in := c.injector(t, "workload.node-taint", 0)
 	ours := faulttest.Values(t, "workload.node-taint", map[string]string{"key": "example.com/quarantine", "value": "xid-79", "effect": "NoSchedule"})
-	if err := in.Inject(ctx, "k1", nodeRef(n), ours); err != nil {
+	if err := in.Inject(ctx, n+"-k1", nodeRef(n), ours); err != nil {
 		t.Fatal(err)
 	}
 	keys := func() []string { return taintNames(c.getNode(t, n).Spec.Taints) }
@@ -494,19 +500,19 @@ func testTaints(t *testing.T, c cluster) {
 		t.Fatalf("taints after inject %v, want %v", got, want)
 	}
 	// A second injection cannot take over the same taint.
-	if err := in.Inject(ctx, "k2", nodeRef(n), ours); err == nil {
+	if err := in.Inject(ctx, n+"-k2", nodeRef(n), ours); err == nil {
 		t.Fatal("a second key took over the first key's taint")
 	}
 	// Nor a foreign one.
 	taken := faulttest.Values(t, "workload.node-taint", map[string]string{"key": "nvidia.com/gpu", "effect": "NoSchedule"})
-	if err := in.Inject(ctx, "k3", nodeRef(n), taken); err == nil || !strings.Contains(err.Error(), "did not add") {
+	if err := in.Inject(ctx, n+"-k3", nodeRef(n), taken); err == nil || !strings.Contains(err.Error(), "did not add") {
 		t.Fatalf("inject over a foreign taint = %v, want refused", err)
 	}
 	other := faulttest.Values(t, "workload.node-taint", map[string]string{"key": "gpuchaos.dev/quarantine", "effect": "NoExecute"})
-	if err := in.Inject(ctx, "k4", nodeRef(n), other); err != nil {
+	if err := in.Inject(ctx, n+"-k4", nodeRef(n), other); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []string{"k1", "k2", "k3"} {
+	for _, k := range []string{n + "-k1", n + "-k2", n + "-k3"} {
 		if err := in.Recover(ctx, k); err != nil {
 			t.Fatal(err)
 		}
@@ -514,7 +520,7 @@ func testTaints(t *testing.T, c cluster) {
 	if got := keys(); !slices.Equal(got, []string{"example.com/quarantine:PreferNoSchedule", "gpuchaos.dev/quarantine:NoExecute", "nvidia.com/gpu=present:NoSchedule"}) {
 		t.Fatalf("taints after recovering k1 %v: want the foreign ones and k4's", got)
 	}
-	if err := in.Recover(ctx, "k4"); err != nil {
+	if err := in.Recover(ctx, n+"-k4"); err != nil {
 		t.Fatal(err)
 	}
 	got := c.getNode(t, n)
