@@ -160,6 +160,14 @@ func requestsGPU(p *corev1.Pod) bool {
 
 func podName(p *corev1.Pod) string { return p.Namespace + "/" + p.Name }
 
+func podNames(pods []corev1.Pod) []string {
+	names := make([]string, len(pods))
+	for i := range pods {
+		names[i] = podName(&pods[i])
+	}
+	return names
+}
+
 // podDelete deletes pods once per key: a death, with nothing to recover.
 // Injecting a key again deletes nothing, so the replacements the
 // controller brings up are not killed in turn.
@@ -302,6 +310,10 @@ func (c *cordon) drain(ctx context.Context, node string) error {
 				// means the pod of that name is a replacement).
 			case apierrors.IsTooManyRequests(err):
 				held = append(held, *p)
+			case ctx.Err() != nil:
+				// Ended while asking (the client's rate limiter gives up
+				// before the deadline): what was not evicted stayed.
+				return &DrainError{Node: node, Stayed: podNames(slices.Concat(held, pending[i:])), Err: ctx.Err()}
 			default:
 				return fmt.Errorf("drain %s: evict pod %s: %w", node, podName(p), err)
 			}
@@ -310,10 +322,7 @@ func (c *cordon) drain(ctx context.Context, node string) error {
 			return nil
 		}
 		pending = held
-		names := make([]string, len(held))
-		for i := range held {
-			names[i] = podName(&held[i])
-		}
+		names := podNames(held)
 		c.opts.Logger.Info("eviction refused by a disruption budget; retrying", "node", node, "pods", names)
 		select {
 		case <-ctx.Done():

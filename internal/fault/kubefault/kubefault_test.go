@@ -420,7 +420,7 @@ func testDrainBudget(t *testing.T, c cluster) {
 	}
 	testutil.Eventually(t, wait, "the disruption controller to count 2 healthy pods, 0 disruptions allowed", budget(2, 0))
 
-	in := c.injector(t, "workload.cordon-drain", 100*time.Millisecond)
+	in := c.injector(t, "workload.cordon-drain", 500*time.Millisecond)
 	short, cancel := context.WithTimeout(ctx, 2*time.Second)
 	err := in.Inject(short, n, nodeRef(n), faulttest.Values(t, "workload.cordon-drain", nil))
 	cancel()
