@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
@@ -36,7 +37,12 @@ func nodeFault(name, node, id, mech string, params map[string]string, expires ti
 func testReconciler(t *testing.T, c cluster) {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{Scheme: kubetest.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"}})
+	// Controller names are unique per process; -count=2 sets up twice.
+	skip := true
+	mgr, err := ctrl.NewManager(c.Config, ctrl.Options{
+		Scheme: kubetest.Scheme(), Metrics: metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: &skip},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
