@@ -42,6 +42,10 @@ func tainted(n *corev1.Node) (map[string]markedTaint, error) {
 	if err := json.Unmarshal([]byte(s), &m); err != nil {
 		return nil, fmt.Errorf("node %s: annotation %s: %w", n.Name, annotationTainted, err)
 	}
+	if m == nil {
+		// "null" unmarshals to a nil map, which Inject could not add to.
+		m = map[string]markedTaint{}
+	}
 	return m, nil
 }
 
