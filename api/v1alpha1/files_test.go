@@ -140,3 +140,40 @@ func TestExamples(t *testing.T) {
 		})
 	}
 }
+
+// TestKubernetesExamples: the examples for the k8s target load and
+// validate against the real catalogue, and each judges the cluster
+// through at least one Kubernetes probe (that is what they are for).
+func TestKubernetesExamples(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("../../examples/k8s/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 3 {
+		t.Fatalf("found %d k8s examples, want at least 3", len(files))
+	}
+	for _, path := range files {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			t.Parallel()
+			exp, err := load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			kube := 0
+			for _, x := range exp.Spec.Expectations {
+				if x.Probe != nil && x.Probe.Kubernetes != nil {
+					kube++
+				}
+			}
+			if kube == 0 {
+				t.Errorf("%s has no Kubernetes probe", path)
+			}
+			for _, f := range exp.Spec.Faults {
+				if _, _, _, err := catalog.ResolveSpec(f); err != nil {
+					t.Errorf("ResolveSpec(%s): %v", f.ID, err)
+				}
+			}
+		})
+	}
+}

@@ -47,6 +47,10 @@ const (
 	// NodeFault; a node cordoned without it is never uncordoned by
 	// gpuchaos.
 	AnnotationCordoned = "gpuchaos.dev/cordoned-by"
+	// AnnotationTainted on a Node records the taints gpuchaos added, a
+	// JSON object from each NodeFault's name to its taint (key, value,
+	// effect); a taint not recorded there is never removed by gpuchaos.
+	AnnotationTainted = "gpuchaos.dev/tainted-by"
 	// LabelExperiment and LabelExperimentNamespace on a NodeFault name the
 	// Experiment that made it (owner references cannot cross from a
 	// cluster-scoped object to a namespaced one).

@@ -9,6 +9,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // MaxDuration is the longest fault window an experiment may ask for; a
@@ -121,6 +124,8 @@ func (x *Expectation) defaultName() string {
 		return "prometheus"
 	case x.Probe.Workload != nil:
 		return "workload-" + x.Probe.Workload.Check
+	case x.Probe.Kubernetes != nil:
+		return "kubernetes-" + x.Probe.Kubernetes.Check
 	}
 	return ""
 }
@@ -350,13 +355,13 @@ var (
 
 func validateProbe(path string, p ProbeSpec, opts ValidateOptions) *FieldError {
 	n := 0
-	for _, set := range []bool{p.Detector != "", p.Threshold != nil, p.Log != nil, p.Prometheus != nil, p.Workload != nil} {
+	for _, set := range []bool{p.Detector != "", p.Threshold != nil, p.Log != nil, p.Prometheus != nil, p.Workload != nil, p.Kubernetes != nil} {
 		if set {
 			n++
 		}
 	}
 	if n != 1 {
-		return &FieldError{path, fmt.Sprintf("set exactly one of detector, threshold, log, prometheus or workload (%d set)", n)}
+		return &FieldError{path, fmt.Sprintf("set exactly one of detector, threshold, log, prometheus, workload or kubernetes (%d set)", n)}
 	}
 	switch {
 	case p.Detector != "":
@@ -400,6 +405,87 @@ func validateProbe(path string, p ProbeSpec, opts ValidateOptions) *FieldError {
 		return validatePrometheus(path+".prometheus", p.Prometheus)
 	case p.Workload != nil:
 		return validateWorkload(path+".workload", p.Workload)
+	case p.Kubernetes != nil:
+		return validateKubernetes(path+".kubernetes", p.Kubernetes)
+	}
+	return nil
+}
+
+// validateKubernetes checks a Kubernetes probe: a known check, the fields
+// it needs, and no field it does not read (the user believes such a field
+// narrows the check).
+func validateKubernetes(path string, k *KubernetesProbe) *FieldError {
+	if k.Check == "" {
+		return &FieldError{path + ".check", "required; one of " + strings.Join(KubeChecks, ", ")}
+	}
+	if !slices.Contains(KubeChecks, k.Check) {
+		return &FieldError{path + ".check", fmt.Sprintf("%q is not one of %s", k.Check, strings.Join(KubeChecks, ", "))}
+	}
+	pods := []string{KubePodPhase, KubePodRestarts, KubePodsEvicted, KubeJobResumed}
+	uses := map[string][]string{
+		"conditionType": {KubeNodeCondition},
+		"status":        {KubeNodeCondition},
+		"reason":        {KubeNodeCondition, KubeEvent},
+		"key":           {KubeTaint, KubeLabel},
+		"value":         {KubeTaint, KubeLabel},
+		"effect":        {KubeTaint},
+		"type":          {KubeEvent},
+		"namespace":     append(slices.Clone(pods), KubeEvent),
+		"selector":      pods,
+		"phase":         {KubePodPhase},
+		"minRestarts":   {KubePodRestarts},
+		"anyNode":       {KubePodPhase, KubePodRestarts},
+	}
+	set := map[string]bool{
+		"conditionType": k.ConditionType != "", "status": k.Status != "", "reason": k.Reason != "",
+		"key": k.Key != "", "value": k.Value != "", "effect": k.Effect != "", "type": k.Type != "",
+		"namespace": k.Namespace != "", "selector": k.Selector != "", "phase": k.Phase != "",
+		"minRestarts": k.MinRestarts != 0, "anyNode": k.AnyNode,
+	}
+	for _, f := range []string{"conditionType", "status", "reason", "key", "value", "effect", "type", "namespace", "selector", "phase", "minRestarts", "anyNode"} {
+		if set[f] && !slices.Contains(uses[f], k.Check) {
+			return &FieldError{path + "." + f, fmt.Sprintf("not read by check %s (only by %s)", k.Check, strings.Join(uses[f], ", "))}
+		}
+	}
+	required := map[string][]string{
+		KubeNodeCondition: {"conditionType"},
+		KubeTaint:         {"key"},
+		KubeLabel:         {"key"},
+		KubePodPhase:      {"selector", "phase"},
+		KubePodRestarts:   {"selector"},
+		KubeEvent:         {"reason"},
+		KubePodsEvicted:   {"selector"},
+		KubeJobResumed:    {"selector"},
+	}
+	for _, f := range required[k.Check] {
+		if !set[f] {
+			return &FieldError{path + "." + f, "required for check " + k.Check}
+		}
+	}
+	switch {
+	case k.Status != "" && !slices.Contains([]string{"True", "False", "Unknown"}, k.Status):
+		return &FieldError{path + ".status", fmt.Sprintf("%q is not one of True, False, Unknown", k.Status)}
+	case k.Effect != "" && !slices.Contains([]string{"NoSchedule", "PreferNoSchedule", "NoExecute"}, k.Effect):
+		return &FieldError{path + ".effect", fmt.Sprintf("%q is not one of NoSchedule, PreferNoSchedule, NoExecute", k.Effect)}
+	case k.Phase != "" && !slices.Contains([]string{"Pending", "Running", "Succeeded", "Failed", "Unknown"}, k.Phase):
+		return &FieldError{path + ".phase", fmt.Sprintf("%q is not one of Pending, Running, Succeeded, Failed, Unknown", k.Phase)}
+	case k.MinRestarts < 0:
+		return &FieldError{path + ".minRestarts", fmt.Sprintf("must be at least 0, got %d", k.MinRestarts)}
+	}
+	if k.Key != "" {
+		if errs := validation.IsQualifiedName(k.Key); len(errs) > 0 {
+			return &FieldError{path + ".key", fmt.Sprintf("%q is not a qualified name: %s", k.Key, strings.Join(errs, "; "))}
+		}
+	}
+	if k.Namespace != "" {
+		if errs := validation.IsDNS1123Label(k.Namespace); len(errs) > 0 {
+			return &FieldError{path + ".namespace", fmt.Sprintf("%q is not a namespace name: %s", k.Namespace, strings.Join(errs, "; "))}
+		}
+	}
+	if k.Selector != "" {
+		if _, err := labels.Parse(k.Selector); err != nil {
+			return &FieldError{path + ".selector", fmt.Sprintf("%q is not a label selector: %v", k.Selector, err)}
+		}
 	}
 	return nil
 }

@@ -109,8 +109,8 @@ func TestValidate(t *testing.T) {
 		{"duration over the limit", func(e *Experiment) { e.Spec.Duration = Duration{24*time.Hour + time.Second} }, "spec.duration: 24h0m1s is over the limit of 24h"},
 		{"check without name", func(e *Experiment) { e.Spec.SteadyState[0].Name = "" }, "spec.steadyState[0].name: required"},
 		{"check names repeat", func(e *Experiment) { e.Spec.SteadyState = append(e.Spec.SteadyState, e.Spec.SteadyState[0]) }, `spec.steadyState[1].name: duplicate name "cool" (also spec.steadyState[0])`},
-		{"probe with no kind", func(e *Experiment) { e.Spec.SteadyState[0].Probe = ProbeSpec{} }, "spec.steadyState[0].probe: set exactly one of detector, threshold, log, prometheus or workload (0 set)"},
-		{"probe with two kinds", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Detector = "kmsg-xid" }, "spec.steadyState[0].probe: set exactly one of detector, threshold, log, prometheus or workload (2 set)"},
+		{"probe with no kind", func(e *Experiment) { e.Spec.SteadyState[0].Probe = ProbeSpec{} }, "spec.steadyState[0].probe: set exactly one of detector, threshold, log, prometheus, workload or kubernetes (0 set)"},
+		{"probe with two kinds", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Detector = "kmsg-xid" }, "spec.steadyState[0].probe: set exactly one of detector, threshold, log, prometheus, workload or kubernetes (2 set)"},
 		{"bad metric", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Threshold.Metric = "gpu-temp" }, `spec.steadyState[0].probe.threshold.metric: "gpu-temp" is not a valid Prometheus metric name`},
 		{"recording-rule metric", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Threshold.Metric = "job:gpu_temp:max5m" }, ""},
 		{"missing metric", func(e *Experiment) { e.Spec.SteadyState[0].Probe.Threshold.Metric = "" }, "spec.steadyState[0].probe.threshold.metric: required"},
@@ -187,7 +187,7 @@ func TestValidate(t *testing.T) {
 		}, `spec.expectations[0].probe.prometheus.url: "http://p:x/" is not a URL`},
 		{"prometheus in a check", func(e *Experiment) {
 			e.Spec.AbortWhen[0].Probe = ProbeSpec{Prometheus: &PrometheusProbe{Query: "up"}, Log: e.Spec.AbortWhen[0].Probe.Log}
-		}, "spec.abortWhen[0].probe: set exactly one of detector, threshold, log, prometheus or workload (2 set)"},
+		}, "spec.abortWhen[0].probe: set exactly one of detector, threshold, log, prometheus, workload or kubernetes (2 set)"},
 		{"workload resumed", func(e *Experiment) {
 			e.Spec.Expectations[0] = workExpect(WorkloadProbe{Check: "resumed", MaxFallback: intp(1)})
 		}, ""},
@@ -298,4 +298,76 @@ func TestDefault(t *testing.T) {
 	if neg.MaxNodes != -1 {
 		t.Errorf("WithDefaults replaced a negative cap: %+v; Validate must see it", neg)
 	}
+}
+
+// TestValidateKubernetesProbe: each check is accepted with the fields it
+// needs, and refused, naming the field's path, without one, with a field
+// it does not read, or with a value out of its set.
+func TestValidateKubernetesProbe(t *testing.T) {
+	t.Parallel()
+	const path = "spec.expectations[0].probe.kubernetes"
+	tests := []struct {
+		name string
+		k    KubernetesProbe
+		want string // "" means valid
+	}{
+		{"node condition", KubernetesProbe{Check: KubeNodeCondition, ConditionType: "SysLogsXIDError", Status: "True", Reason: "SysLogsXIDErrorIsNotHealthy"}, ""},
+		{"taint", KubernetesProbe{Check: KubeTaint, Key: "nvidia.com/gpu-xid-error", Value: "true", Effect: "NoSchedule"}, ""},
+		{"label", KubernetesProbe{Check: KubeLabel, Key: "dgxc.nvidia.com/nvsentinel-state", Value: "quarantined"}, ""},
+		{"unschedulable", KubernetesProbe{Check: KubeUnschedulable}, ""},
+		{"pod phase", KubernetesProbe{Check: KubePodPhase, Namespace: "train", Selector: "job=llm", Phase: "Running", AnyNode: true}, ""},
+		{"pod restarts", KubernetesProbe{Check: KubePodRestarts, Selector: "job=llm", MinRestarts: 2}, ""},
+		{"event", KubernetesProbe{Check: KubeEvent, Reason: "AwaitingPodCompletion", Type: "NodeDraining", Namespace: "default"}, ""},
+		{"pods evicted", KubernetesProbe{Check: KubePodsEvicted, Namespace: "train", Selector: "job in (llm)"}, ""},
+		{"job resumed", KubernetesProbe{Check: KubeJobResumed, Selector: "training.kubeflow.org/job-name=llm"}, ""},
+
+		{"no check", KubernetesProbe{}, path + ".check: required; one of nodeCondition"},
+		{"unknown check", KubernetesProbe{Check: "drained"}, path + `.check: "drained" is not one of`},
+		{"condition without type", KubernetesProbe{Check: KubeNodeCondition}, path + ".conditionType: required for check nodeCondition"},
+		{"bad status", KubernetesProbe{Check: KubeNodeCondition, ConditionType: "X", Status: "true"}, path + `.status: "true" is not one of True, False, Unknown`},
+		{"taint without key", KubernetesProbe{Check: KubeTaint, Effect: "NoSchedule"}, path + ".key: required for check taint"},
+		{"bad effect", KubernetesProbe{Check: KubeTaint, Key: "a", Effect: "NoExec"}, path + `.effect: "NoExec" is not one of`},
+		{"bad key", KubernetesProbe{Check: KubeLabel, Key: "a b"}, path + `.key: "a b" is not a qualified name`},
+		{"field not read", KubernetesProbe{Check: KubeUnschedulable, Key: "a"}, path + ".key: not read by check unschedulable (only by taint, label)"},
+		{"effect on a label", KubernetesProbe{Check: KubeLabel, Key: "a", Effect: "NoSchedule"}, path + ".effect: not read by check label (only by taint)"},
+		{"phase without selector", KubernetesProbe{Check: KubePodPhase, Phase: "Running"}, path + ".selector: required for check podPhase"},
+		{"pod phase without phase", KubernetesProbe{Check: KubePodPhase, Selector: "a=b"}, path + ".phase: required for check podPhase"},
+		{"bad phase", KubernetesProbe{Check: KubePodPhase, Selector: "a=b", Phase: "running"}, path + `.phase: "running" is not one of`},
+		{"bad selector", KubernetesProbe{Check: KubePodsEvicted, Selector: "a=(b"}, path + `.selector: "a=(b" is not a label selector`},
+		{"bad namespace", KubernetesProbe{Check: KubePodsEvicted, Selector: "a=b", Namespace: "Train"}, path + `.namespace: "Train" is not a namespace name`},
+		{"negative restarts", KubernetesProbe{Check: KubePodRestarts, Selector: "a=b", MinRestarts: -1}, path + ".minRestarts: must be at least 0, got -1"},
+		{"restarts elsewhere", KubernetesProbe{Check: KubePodPhase, Selector: "a=b", Phase: "Running", MinRestarts: 1}, path + ".minRestarts: not read by check podPhase"},
+		{"event without reason", KubernetesProbe{Check: KubeEvent, Type: "Warning"}, path + ".reason: required for check event"},
+		{"any node on a drain", KubernetesProbe{Check: KubePodsEvicted, Selector: "a=b", AnyNode: true}, path + ".anyNode: not read by check podsEvicted"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := base()
+			k := tc.k
+			e.Spec.Expectations = []Expectation{{Probe: &ProbeSpec{Kubernetes: &k}, Within: Duration{time.Minute}}}
+			err := e.Validate(ValidateOptions{})
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Validate = %v, want valid", err)
+			case tc.want != "" && (err == nil || !strings.HasPrefix(err.Error(), tc.want)):
+				t.Fatalf("Validate = %v, want %q…", err, tc.want)
+			}
+		})
+	}
+	t.Run("with another probe kind", func(t *testing.T) {
+		e := base()
+		e.Spec.Expectations = []Expectation{{Probe: &ProbeSpec{Detector: "kmsg-xid", Kubernetes: &KubernetesProbe{Check: KubeUnschedulable}}, Within: Duration{time.Minute}}}
+		if err := e.Validate(ValidateOptions{}); err == nil || !strings.Contains(err.Error(), "(2 set)") {
+			t.Fatalf("Validate = %v, want two probe kinds refused", err)
+		}
+	})
+	t.Run("default name", func(t *testing.T) {
+		e := base()
+		e.Spec.Expectations = []Expectation{{Probe: &ProbeSpec{Kubernetes: &KubernetesProbe{Check: KubeUnschedulable}}, Within: Duration{time.Minute}}}
+		e.Default()
+		if got := e.Spec.Expectations[0].Name; got != "kubernetes-unschedulable" {
+			t.Fatalf("default name %q, want kubernetes-unschedulable", got)
+		}
+	})
 }

@@ -28,6 +28,7 @@ var wantIDs = []string{
 	"checkpoint.kill-writer", "checkpoint.fill-volume", "checkpoint.slow-storage", "checkpoint.storage-partition", "checkpoint.corrupt-newest",
 	"numa.remote-memory", "numa.wrong-affinity", "numa.memory-pressure", "numa.cpu-saturation",
 	"workload.kill-rank", "workload.hang-rank", "workload.straggler", "workload.pod-kill", "workload.cordon-drain", "workload.device-plugin-kill",
+	"workload.node-taint",
 }
 
 // hardwareRiskMechanisms are the mechanisms that change power limits or

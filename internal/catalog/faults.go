@@ -116,8 +116,8 @@ func finiteFirst(params []Param, next func(Values) error) func(Values) error {
 // Targets of real mechanisms. A mechanism lists in Targets only the targets
 // internal/fault/all has an injector for, and the others it is meant for in
 // Planned. On k8s a node's agent runs the local injector of a node- or
-// GPU-scope mechanism; rank- and job-scope ones wait for the agent to find
-// a pod's processes, API mechanisms for the controller's reconciler.
+// GPU-scope mechanism for its NodeFaults, and the controller runs the API
+// mechanisms (internal/fault/kubefault) through the API server alone.
 func targetsLocal() []string    { return []string{"local"} }
 func targetsK8s() []string      { return []string{"k8s"} }
 func targetsLocalK8s() []string { return []string{"local", "k8s"} }

@@ -4,6 +4,9 @@ import (
 	"errors"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // watchdogDefault is PyTorch's NCCL watchdog timeout: a rank stuck in a
@@ -120,17 +123,21 @@ func workloadFaults() []*Fault {
 			},
 		},
 		{
-			ID:         "workload.pod-kill",
-			Family:     FamilyWorkload,
-			Summary:    "Delete the job's pod on a node; it is rescheduled and the job restarts",
-			Scope:      ScopeNode,
-			Safety:     SafetyDisruptive,
-			Params:     []Param{{Name: "grace", Type: ParamDuration, Default: "0s", Min: "0s", Max: "1h", Help: "grace period of the deletion; 0 kills at once"}},
+			ID:      "workload.pod-kill",
+			Family:  FamilyWorkload,
+			Summary: "Delete the job's pod on a node; it is rescheduled and the job restarts",
+			Scope:   ScopeNode,
+			Safety:  SafetyDisruptive,
+			Params: []Param{
+				{Name: "grace", Type: ParamDuration, Default: "0s", Min: "0s", Max: "1h", Help: "grace period of the deletion; 0 kills at once"},
+				{Name: "selector", Type: ParamString, Default: "", Help: "label selector of the job's pods (training.kubeflow.org/job-name=llm); empty takes every pod on the node that requests nvidia.com/gpu"},
+			},
 			Detectable: deathLayers(),
 			Mechanisms: []Mechanism{
 				{
-					Name: "pod-delete", Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: deathLayers(),
-					Description: "Deletes the job's pod on the node through the API with the grace period; its controller recreates it.",
+					Name: "pod-delete", Targets: targetsK8s(), Planned: []string{}, Safety: SafetyDisruptive, Reaches: deathLayers(),
+					Description: "Deletes the job's pods on the node (those the selector matches, DaemonSet and mirror pods never) through " +
+						"the API with the grace period; their controller recreates them. Nothing to recover.",
 				},
 				{
 					Name: "signal", Planned: targetsLocal(), Safety: SafetyDisruptive,
@@ -143,6 +150,7 @@ func workloadFaults() []*Fault {
 				Workload: "Every rank on the node dies at once; the job restarts from its last checkpoint once the pod is back.",
 				Effects:  fixedEffects(Effect{Kind: EffectNode, Mode: "pod-kill"}),
 			},
+			Check: func(v Values) error { return checkSelector(v.String("selector"), true) },
 		},
 		{
 			ID:      "workload.cordon-drain",
@@ -155,9 +163,10 @@ func workloadFaults() []*Fault {
 			},
 			Detectable: []Layer{LayerWorkload, LayerK8sAPI},
 			Mechanisms: []Mechanism{{
-				Name: "node-cordon", Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerK8sAPI},
-				Description: "Marks the node unschedulable and, when draining, evicts its pods through the Eviction API (which honours " +
-					"PodDisruptionBudgets); recovery uncordons it. Evicted pods are not brought back.",
+				Name: "node-cordon", Targets: targetsK8s(), Planned: []string{}, Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerK8sAPI},
+				Description: "Marks the node unschedulable, noting on it that gpuchaos did, and, when draining, evicts its pods " +
+					"(DaemonSet and mirror pods excepted, as kubectl drain does) through the Eviction API, retrying those a " +
+					"PodDisruptionBudget holds back. Recovery uncordons only a node gpuchaos cordoned; evicted pods are not brought back.",
 			}},
 			Signature: Signature{
 				Series:   []string{"kube_node_spec_unschedulable", seriesJobUp, seriesJobRestartsTotal},
@@ -181,7 +190,7 @@ func workloadFaults() []*Fault {
 			},
 			Detectable: []Layer{LayerK8sAPI},
 			Mechanisms: []Mechanism{{
-				Name: "daemonset-pod-delete", Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerK8sAPI},
+				Name: "daemonset-pod-delete", Targets: targetsK8s(), Planned: []string{}, Safety: SafetyDisruptive, Reaches: []Layer{LayerK8sAPI},
 				Description: "Deletes the device plugin pod on the node; its DaemonSet recreates it. Until it re-registers, the kubelet " +
 					"reports no allocatable GPUs, so new GPU pods stay Pending; running pods keep their GPUs.",
 			}},
@@ -191,12 +200,65 @@ func workloadFaults() []*Fault {
 				Effects:  fixedEffects(Effect{Kind: EffectNode, Mode: "device-plugin-kill"}),
 			},
 			// An empty selector would match every pod on the node.
+			Check: func(v Values) error { return checkSelector(v.String("selector"), false) },
+		},
+		{
+			ID:      "workload.node-taint",
+			Family:  FamilyWorkload,
+			Summary: "Taint a node as a remediation controller would quarantine it",
+			Scope:   ScopeNode,
+			Safety:  SafetyDisruptive,
+			Params: []Param{
+				{Name: "key", Type: ParamString, Default: "gpuchaos.dev/quarantine", Help: "the taint's key, a qualified name (prefix/name)"},
+				{Name: "value", Type: ParamString, Default: "", Help: "the taint's value; empty for none"},
+				{Name: "effect", Type: ParamEnum, Default: "NoExecute", Enum: []string{"NoSchedule", "PreferNoSchedule", "NoExecute"}, Help: "NoExecute evicts the pods that do not tolerate it; NoSchedule and PreferNoSchedule only keep new ones away"},
+			},
+			Detectable: []Layer{LayerWorkload, LayerK8sAPI},
+			Mechanisms: []Mechanism{{
+				Name: "node-taint", Targets: targetsK8s(), Planned: []string{}, Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerK8sAPI},
+				Description: "Adds the taint to the node, noting on it that gpuchaos did; recovery removes that taint only, never one " +
+					"another controller set. A NoExecute taint makes the taint manager evict the pods without a toleration.",
+			}},
+			Signature: Signature{
+				Series:   []string{"kube_node_spec_taint", seriesJobUp, seriesJobRestartsTotal},
+				Workload: "NoSchedule and PreferNoSchedule: nothing until the job needs to reschedule. NoExecute: the job's ranks on the node die unless they tolerate the taint.",
+				// A taint is not a cordon: spec.unschedulable stays false,
+				// so NoSchedule plays nothing the twin models, and NoExecute
+				// plays the evictions alone.
+				Effects: func(v Values) []Effect {
+					if v.String("effect") == "NoExecute" {
+						return []Effect{{Kind: EffectNode, Mode: "pod-kill"}}
+					}
+					return []Effect{}
+				},
+			},
 			Check: func(v Values) error {
-				if strings.TrimSpace(v.String("selector")) == "" {
-					return &ParamError{Param: "selector", Err: errors.New("must not be empty: it would select every pod on the node")}
+				if errs := validation.IsQualifiedName(v.String("key")); len(errs) > 0 {
+					return &ParamError{Param: "key", Err: errors.New(strings.Join(errs, "; "))}
+				}
+				if v := v.String("value"); v != "" {
+					if errs := validation.IsValidLabelValue(v); len(errs) > 0 {
+						return &ParamError{Param: "value", Err: errors.New(strings.Join(errs, "; "))}
+					}
 				}
 				return nil
 			},
 		},
 	}
+}
+
+// checkSelector parses a label selector parameter; an empty one is
+// refused unless emptyOK (where the fault gives empty a narrower meaning
+// than every pod on the node).
+func checkSelector(s string, emptyOK bool) error {
+	if strings.TrimSpace(s) == "" {
+		if emptyOK {
+			return nil
+		}
+		return &ParamError{Param: "selector", Err: errors.New("must not be empty: it would select every pod on the node")}
+	}
+	if _, err := labels.Parse(s); err != nil {
+		return &ParamError{Param: "selector", Err: err}
+	}
+	return nil
 }

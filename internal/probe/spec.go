@@ -48,8 +48,12 @@ func FromSpec(name string, spec v1alpha1.ProbeSpec, src Source) (Probe, error) {
 		// internal/probe/promapi builds these; it imports this package, so
 		// the targets that have a server to ask call it themselves.
 		return nil, fmt.Errorf("probe %q asks a Prometheus server, which this target does not have; run it against the live twin", name)
+	case spec.Kubernetes != nil:
+		// internal/probe/kubeprobe builds these from the cluster's API
+		// server; only the k8s target has one.
+		return nil, fmt.Errorf("probe %q asks the Kubernetes API server, which only the k8s target has", name)
 	}
-	return nil, fmt.Errorf("probe %q defines nothing: set detector, threshold, log, prometheus or workload", name)
+	return nil, fmt.Errorf("probe %q defines nothing: set detector, threshold, log, prometheus, workload or kubernetes", name)
 }
 
 // thresholdRule writes a threshold probe as the alerting rule it is:

@@ -12,11 +12,14 @@ import (
 	"path/filepath"
 	"slices"
 
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/gpuproc"
 	"github.com/gpuchaos/gpuchaos/internal/fault/kmsgxid"
+	"github.com/gpuchaos/gpuchaos/internal/fault/kubefault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/netfault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/numafault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/procfault"
@@ -48,6 +51,12 @@ type Env struct {
 	// GPUNode returns the NUMA node of a GPU (-1 when unknown), for the
 	// NUMA mechanisms; nil means unknown for every GPU.
 	GPUNode func(ctx context.Context, gpu int) (int, error)
+	// Kube reaches the cluster's API server, for the mechanisms that act
+	// through it alone (kubefault.Mechanisms); nil refuses them. The
+	// controller's NodeFault reconciler (kubefault.Setup) builds these
+	// injectors itself; listing them here holds them to the catalogue
+	// with the rest.
+	Kube client.Client
 }
 
 // Entry is one injector of the registry: a mechanism, the faults it causes
@@ -76,7 +85,7 @@ func (e Entry) Serves(faultID, mechanism string) bool {
 // Registry lists every injector of this build. Each (fault, mechanism) is
 // served by one entry at most. The slice is new on every call.
 func Registry() []Entry {
-	twin, local := []string{"twin"}, []string{"local"}
+	twin, local, k8s := []string{"twin"}, []string{"local"}, []string{"k8s"}
 	// On k8s the node's agent runs these same injectors for NodeFaults.
 	node := []string{"local", "k8s"}
 	return []Entry{
@@ -109,6 +118,11 @@ func Registry() []Entry {
 		{Mechanism: "signal", Targets: local, New: newProc, Faults: []string{"workload.kill-rank", "workload.hang-rank"}},
 		{Mechanism: "cgroup-cpu", Targets: local, New: newProc, Faults: []string{"workload.straggler"}},
 		{Mechanism: "duty-cycle", Targets: local, New: newProc, Faults: []string{"workload.straggler"}},
+
+		{Mechanism: kubefault.MechanismPodDelete, Targets: k8s, New: newKube, Faults: []string{"workload.pod-kill"}},
+		{Mechanism: kubefault.MechanismNodeCordon, Targets: k8s, New: newKube, Faults: []string{"workload.cordon-drain"}},
+		{Mechanism: kubefault.MechanismDaemonSetPodDelete, Targets: k8s, New: newKube, Faults: []string{"workload.device-plugin-kill"}},
+		{Mechanism: kubefault.MechanismNodeTaint, Targets: k8s, New: newKube, Faults: []string{"workload.node-taint"}},
 	}
 }
 
@@ -200,6 +214,13 @@ func newGPUProc(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector
 		return nil, err
 	}
 	return gpuproc.New(f, m, gpuproc.Options{Exec: env.Exec, StateDir: dir})
+}
+
+func newKube(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, error) {
+	if env.Kube == nil {
+		return nil, fmt.Errorf("mechanism %s of %s needs the API server of a Kubernetes cluster", m.Name, f.ID)
+	}
+	return kubefault.New(f, m, kubefault.Options{Client: env.Kube, Logger: component(env, "kubefault")})
 }
 
 // component is env's logger with the injector package as its component

@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 )
@@ -25,9 +28,18 @@ func env(t *testing.T, target string) Env {
 	switch target {
 	case "twin":
 		return Env{Twin: player{}}
-	case "local", "k8s":
-		// On k8s the node's agent builds the local injectors.
+	case "local":
 		return Env{Kmsg: writer{}, StateDir: t.TempDir()}
+	case "k8s":
+		// On k8s the node's agent builds the local injectors and the
+		// controller the API ones. Building an API injector only keeps
+		// the client; kubefault's tests run them against a real API
+		// server.
+		c, err := client.New(&rest.Config{Host: "https://127.0.0.1:1"}, client.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Env{Kmsg: writer{}, StateDir: t.TempDir(), Kube: c}
 	}
 	t.Fatalf("no environment for target %s", target)
 	return Env{}
@@ -120,6 +132,7 @@ func TestInjectorRefuses(t *testing.T) {
 		{"twin without a twin", "hardware.xid", "twin", Env{}, "needs the twin target"},
 		{"kernel log without a writer", "hardware.xid", "kernel-log", Env{}, "needs the kernel log of a local node"},
 		{"no state directory", "workload.kill-rank", "signal", Env{}, "mechanism signal of workload.kill-rank needs a state directory"},
+		{"no API server", "workload.cordon-drain", "node-cordon", Env{StateDir: t.TempDir()}, "mechanism node-cordon of workload.cordon-drain needs the API server"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

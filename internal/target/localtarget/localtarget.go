@@ -375,6 +375,8 @@ func (t *Target) gpuNode(_ context.Context, index int) (int, error) {
 // keeps a history of, as a Prometheus would.
 func (t *Target) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, error) {
 	switch {
+	case spec.Kubernetes != nil:
+		return nil, fmt.Errorf("probe %s asks the Kubernetes API server, which only the k8s target has", name)
 	case spec.Prometheus != nil:
 		return promapi.FromSpec(name, *spec.Prometheus, t.opts.Prometheus, t.opts.Client)
 	case spec.Log != nil:
@@ -407,7 +409,7 @@ func (t *Target) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, error
 		}
 		return scrape.Probe(p, t.metrics), nil
 	}
-	return nil, fmt.Errorf("probe %s: defines nothing: set detector, threshold, log, prometheus or workload", name)
+	return nil, fmt.Errorf("probe %s: defines nothing: set detector, threshold, log, prometheus, workload or kubernetes", name)
 }
 
 // localLogProbe holds while a kernel log line matching re was read within
