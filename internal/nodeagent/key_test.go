@@ -57,11 +57,16 @@ func FuzzParseKey(f *testing.F) {
 }
 
 // The agent and the controller split NodeFaults by mechanism: none the
-// agent skips may be one the local registry could run, or a NodeFault
-// would be applied by nobody who knows how, or by both.
+// agent skips may be one the registry runs on a node, or a NodeFault would
+// be applied by both; and every API mechanism has an injector (on k8s).
 func TestAPIMechanismsAreNotLocal(t *testing.T) {
+	for _, m := range APIMechanisms() {
+		if !slices.ContainsFunc(all.Registry(), func(e all.Entry) bool { return e.Mechanism == m && slices.Contains(e.Targets, "k8s") }) {
+			t.Errorf("API mechanism %s has no k8s injector in the registry", m)
+		}
+	}
 	for _, e := range all.Registry() {
-		if slices.Contains(APIMechanisms(), e.Mechanism) {
+		if slices.Contains(e.Targets, "local") && slices.Contains(APIMechanisms(), e.Mechanism) {
 			t.Errorf("mechanism %s is in APIMechanisms and in the local registry", e.Mechanism)
 		}
 	}

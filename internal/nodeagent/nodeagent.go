@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuchaos/gpuchaos/internal/fault/kubefault"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,9 +40,7 @@ import (
 // APIMechanisms are the mechanisms the controller applies through the API
 // server (deleting pods, cordoning and tainting nodes); an agent skips
 // NodeFaults that name one. The slice is new on every call.
-func APIMechanisms() []string {
-	return []string{"pod-delete", "node-cordon", "daemonset-pod-delete", "node-taint"}
-}
+func APIMechanisms() []string { return slices.Clone(kubefault.Mechanisms) }
 
 // KeyPrefix starts the ledger key of every injection an agent records, so
 // that entries other runs wrote to the same ledger are left to them.

@@ -12,6 +12,8 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/gpuchaos/gpuchaos/internal/fault/kubefault"
+
 	"github.com/gpuchaos/gpuchaos/internal/operator/schedule"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 
@@ -121,6 +123,9 @@ func New(opts Options) (manager.Manager, error) {
 	}
 	if _, err := Setup(mgr, opts); err != nil {
 		return nil, err
+	}
+	if err := kubefault.Setup(mgr, kubefault.SetupOptions{Logger: log.With("component", "kubefault")}); err != nil {
+		return nil, fmt.Errorf("API-fault controller: %w", err)
 	}
 	if err := schedule.Setup(mgr, schedule.Options{}); err != nil {
 		return nil, fmt.Errorf("schedule controller: %w", err)

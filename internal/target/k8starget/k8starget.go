@@ -14,11 +14,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/probe/kubeprobe"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -34,18 +37,6 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/tick"
 )
-
-// KubeProbeEnv is what a Kubernetes probe reads the cluster through.
-type KubeProbeEnv struct {
-	Reader client.Reader
-	// Namespace is the Experiment's.
-	Namespace string
-}
-
-// NewKubeProbe builds the probes of spec.kubernetes. Package
-// internal/probe/kubeprobe provides them; until it is linked (one
-// assignment where the binary is put together) such probes are refused.
-var NewKubeProbe func(name string, spec v1alpha1.KubernetesProbe, env KubeProbeEnv) (probe.Probe, error)
 
 // Defaults of Options.
 const (
@@ -94,6 +85,10 @@ type Target struct {
 
 	mu   sync.Mutex
 	pods map[string]PodRef // job/rank → pod, from the last inventory
+	// touched are the nodes NodeFaults were created on, and began when
+	// the first was: the scope of the kubernetes probes.
+	touched map[string]bool
+	began   time.Time
 }
 
 // New returns the target of one Experiment run by a process that already
@@ -165,12 +160,44 @@ func (t *Target) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, error
 	case spec.Prometheus != nil:
 		return promapi.FromSpec(name, *spec.Prometheus, t.opts.Prometheus, t.opts.HTTP)
 	case spec.Kubernetes != nil:
-		if NewKubeProbe == nil {
-			return nil, fmt.Errorf("probe %s: kubernetes probes come from package internal/probe/kubeprobe, which this build does not link", name)
+		ks := *spec.Kubernetes
+		if ks.Namespace == "" {
+			ks.Namespace = t.opts.Experiment.Namespace
 		}
-		return NewKubeProbe(name, *spec.Kubernetes, KubeProbeEnv{Reader: t.opts.Client, Namespace: t.opts.Experiment.Namespace})
+		// Built once to refuse a bad spec now; observed through scoped,
+		// which rebuilds it on the nodes touched so far.
+		if _, err := kubeprobe.New(name, ks, t.opts.Client, nil, time.Time{}); err != nil {
+			return nil, err
+		}
+		return &scoped{t: t, name: name, spec: ks}, nil
 	}
 	return nil, fmt.Errorf("probe %s: the k8s target runs prometheus and kubernetes probes only (detectors, log and threshold probes read one node's files and exporter)", name)
+}
+
+// scoped is a kubernetes probe over the nodes the run has created
+// NodeFaults on by the time of each observation, counting from the first:
+// before injection it sees no node, so a node check does not hold.
+type scoped struct {
+	t    *Target
+	name string
+	spec v1alpha1.KubernetesProbe
+}
+
+func (s *scoped) Name() string { return s.name }
+
+func (s *scoped) Observe(ctx context.Context) (probe.Observation, error) {
+	s.t.mu.Lock()
+	nodes := slices.Sorted(maps.Keys(s.t.touched))
+	began := s.t.began
+	s.t.mu.Unlock()
+	if began.IsZero() {
+		began = s.t.Now()
+	}
+	p, err := kubeprobe.New(s.name, s.spec, s.t.opts.Client, nodes, began)
+	if err != nil {
+		return probe.Observation{}, err
+	}
+	return p.Observe(ctx)
 }
 
 // Injector returns the injector that carries mechanism m of fault f to the
@@ -265,6 +292,12 @@ func (in *injector) Inject(ctx context.Context, key string, ref inventory.Ref, v
 	if err != nil {
 		return err
 	}
+	in.t.mu.Lock()
+	if in.t.touched == nil {
+		in.t.touched, in.t.began = map[string]bool{}, in.t.Now()
+	}
+	in.t.touched[ref.Node] = true
+	in.t.mu.Unlock()
 	if err := in.t.opts.Client.Create(ctx, nf); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create NodeFault %s: %w", nf.Name, err)
 	}

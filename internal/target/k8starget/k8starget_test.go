@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -240,10 +241,28 @@ func TestInjectRecover(t *testing.T) {
 			t.Fatalf("Recover: %v, want ErrUnproven", err)
 		}
 	})
-	t.Run("k8s probes wait for kubeprobe", func(t *testing.T) {
-		_, err := tgt.Probe("p", v1alpha1.ProbeSpec{Kubernetes: &v1alpha1.KubernetesProbe{Check: v1alpha1.KubeTaint, Key: "x"}})
-		if NewKubeProbe == nil && (err == nil || !strings.Contains(err.Error(), "internal/probe/kubeprobe")) {
-			t.Errorf("kubernetes probe: %v, want it to name internal/probe/kubeprobe", err)
+	t.Run("k8s probes see the touched nodes", func(t *testing.T) {
+		if _, err := tgt.Probe("p", v1alpha1.ProbeSpec{Kubernetes: &v1alpha1.KubernetesProbe{Check: v1alpha1.KubeTaint, Key: "x", Selector: "a=("}}); err == nil {
+			t.Error("a bad selector was accepted")
+		}
+		for _, n := range []string{"n1", "n2"} {
+			node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"quarantine": "yes"}}}
+			if err := env.Client.Create(ctx, node); err != nil && !apierrors.IsAlreadyExists(err) {
+				t.Fatal(err)
+			}
+		}
+		p, err := tgt.Probe("p", v1alpha1.ProbeSpec{Kubernetes: &v1alpha1.KubernetesProbe{Check: v1alpha1.KubeLabel, Key: "quarantine"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		obs, err := p.Observe(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Both nodes carry the label, but only n1 had a NodeFault of this
+		// target (above): the probe is about n1 alone.
+		if !obs.Holds || len(obs.Subjects) != 1 || obs.Subjects[0].Node != "n1" {
+			t.Errorf("label probe over the touched nodes: %+v, want it to hold for n1 alone", obs)
 		}
 	})
 }
