@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -303,6 +305,18 @@ func testRunToVerdicts(t *testing.T, env *kubetest.Env, a *agent) {
 	if s.Passed != "1/1" || len(s.Verdicts) != 1 || !s.Verdicts[0].Passed || s.Verdicts[0].Result != "pass" || s.Verdicts[0].TimeToDetect == nil {
 		t.Errorf("verdicts %+v, passed %q; want one pass with a time to detect, 1/1", s.Verdicts, s.Passed)
 	}
+	v := s.Verdicts[0]
+	det := v.Detector
+	if det == "" {
+		det = v.Name
+	}
+	if n := counterValue(t, "gpuchaos_experiment_verdicts_total", map[string]string{
+		"namespace": nsChaos, "experiment": exp.Name, "expectation": v.Name, "detector": det, "result": "pass", "passed": "true"}); n != 1 {
+		t.Errorf("gpuchaos_experiment_verdicts_total of the pass = %v, want 1", n)
+	}
+	if s.EventsTotal < len(s.Events) || len(s.Events) == 0 {
+		t.Errorf("eventsTotal %d for %d events", s.EventsTotal, len(s.Events))
+	}
 	if len(s.Targets) != 2 || s.PlannedNodes != 1 {
 		t.Fatalf("targets %+v, planned nodes %d; want 2 on 1 node", s.Targets, s.PlannedNodes)
 	}
@@ -504,3 +518,32 @@ func TestTakeover(t *testing.T) {
 }
 
 var _ = io.Discard
+
+// counterValue reads a counter the controller serves on its /metrics, from
+// controller-runtime's registry, by its exact labels; 0 when absent.
+func counterValue(t *testing.T, name string, labels map[string]string) float64 {
+	t.Helper()
+	fams, err := metrics.Registry.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fams {
+		if f.GetName() != name {
+			continue
+		}
+	samples:
+		for _, m := range f.GetMetric() {
+			got := map[string]string{}
+			for _, l := range m.GetLabel() {
+				got[l.GetName()] = l.GetValue()
+			}
+			for k, v := range labels {
+				if got[k] != v {
+					continue samples
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	return 0
+}

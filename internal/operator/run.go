@@ -212,6 +212,9 @@ func (r *ExperimentReconciler) runExperiment(ctx context.Context, exp *v1alpha1.
 		phase = v1alpha1.PhaseFailed
 	}
 	log.Info("finished", "phase", phase, "err", err)
+	if rec != nil {
+		observeVerdicts(exp.Namespace, exp.Name, rec)
+	}
 	werr := rep.flush(context.Background(), func(s *v1alpha1.ExperimentStatus) {
 		s.Phase = phase
 		now := metav1.Now()
