@@ -95,7 +95,7 @@ on a bad file or flag.`,
   gpuchaos run examples/thermal-throttle.yaml --format json --record run.json
   gpuchaos run examples/live-gpu-missing.yaml --target live --prometheus http://127.0.0.1:9090
   sudo gpuchaos run examples/local/xid-kernel-log.yaml --target local
-  gpuchaos run examples/k8s/xid-79-quarantine.yaml --target k8s -n gpu-chaos`,
+  gpuchaos run examples/k8s/nvsentinel-xid-79.yaml --target k8s -n gpu-chaos`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			exp, err := loadExperiment(args[0])

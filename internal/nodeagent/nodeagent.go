@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpuchaos/gpuchaos/internal/kubeclient"
+
 	"github.com/gpuchaos/gpuchaos/internal/fault/kubefault"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,8 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -713,9 +713,4 @@ func (a *Agent) reportGPUs(ctx context.Context) error {
 
 // Scheme returns a scheme with what an agent's client reads and writes:
 // the built-in kinds (Nodes) and gpuchaos's (NodeFaults).
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(v1alpha1.AddToScheme(s))
-	return s
-}
+func Scheme() *runtime.Scheme { return kubeclient.Scheme }

@@ -5,13 +5,12 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/gpuchaos/gpuchaos/internal/kubeclient"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/uuid"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,24 +22,12 @@ func init() { target.Register(target.K8s, open) }
 
 // Scheme holds the built-in kinds and gpuchaos's, for clients and caches
 // of this target and the controller.
-func Scheme() *runtime.Scheme {
-	s := runtime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(v1alpha1.AddToScheme(s))
-	return s
-}
+func Scheme() *runtime.Scheme { return kubeclient.Scheme }
 
-// RESTConfig loads the cluster's config: the kubeconfig file when given,
-// else the in-cluster config, else $KUBECONFIG or ~/.kube/config, as
-// kubectl finds them.
+// RESTConfig loads the cluster's config as kubectl finds it (see
+// kubeclient.Config); a failure is a --kubeconfig ConfigError.
 func RESTConfig(kubeconfig string) (*rest.Config, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if kubeconfig != "" {
-		rules.ExplicitPath = kubeconfig
-	} else if cfg, err := rest.InClusterConfig(); err == nil {
-		return cfg, nil
-	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	cfg, _, err := kubeclient.Config(kubeconfig)
 	if err != nil {
 		return nil, &target.ConfigError{Field: "--kubeconfig", Err: err}
 	}
