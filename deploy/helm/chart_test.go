@@ -507,3 +507,29 @@ func established(t *testing.T, c client.Client, name string) {
 		return false
 	})
 }
+
+// TestControllerArgs: the controller's flags follow the values both ways,
+// since gpuchaos controller elects a leader unless told
+// --leader-elect=false.
+func TestControllerArgs(t *testing.T) {
+	for _, tc := range []struct {
+		set  []string
+		want []string
+	}{
+		{nil, []string{"controller", "--leader-elect=true", "--leader-election-namespace=gpuchaos-system"}},
+		{[]string{"controller.leaderElect=false", "controller.prometheus=http://prom:9090"}, []string{"--leader-elect=false", "--prometheus=http://prom:9090"}},
+	} {
+		dep := find(render(t, tc.set), "Deployment", "gpuchaos-controller")
+		pod := convert[struct {
+			Spec struct {
+				Template corev1.PodTemplateSpec `json:"template"`
+			} `json:"spec"`
+		}](t, dep).Spec.Template.Spec
+		args := pod.Containers[0].Args
+		for _, w := range tc.want {
+			if !slices.Contains(args, w) {
+				t.Errorf("set %v: args %v lack %s", tc.set, args, w)
+			}
+		}
+	}
+}
