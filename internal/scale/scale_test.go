@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -125,13 +126,58 @@ func BenchmarkScale(b *testing.B) {
 			if slices.Contains(largeSizes, n) && !asked(n) {
 				b.Skipf("%d nodes only when asked: -bench=Scale/%d or %s=%d", n, n, largeEnv, n)
 			}
-			benchmarkScale(b, n, Direct)
+			c := NewCluster(b, n)
+			benchmarkScale(b, c, Direct)
 		})
 	}
 }
 
-func benchmarkScale(b *testing.B, n int, d Driver) {
-	c := NewCluster(b, n)
+// gpuchaosBin is the gpuchaos command built once for every size of
+// BenchmarkScaleOperator.
+var gpuchaosBin = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "gpuchaos-scale-")
+	if err != nil {
+		return "", err
+	}
+	return BuildGPUChaos(dir)
+})
+
+// BenchmarkScaleOperator is BenchmarkScale with the controller making
+// the NodeFaults: `gpuchaos controller`, built from this tree and run as
+// a process of its own, admits one Experiment selecting the labelled
+// tenth of the nodes, creates a NodeFault per node, and after the abort
+// annotation recovers them; the simulated agents, in this process,
+// acknowledge each through the API server. applied-s runs from the
+// Experiment's create until every NodeFault is Applied, recovered-s from
+// the abort until every one is Recovered; controller-peak-MiB is the
+// controller process's VmHWM at the end.
+func BenchmarkScaleOperator(b *testing.B) {
+	for _, n := range append(slices.Clone(defaultSizes), largeSizes...) {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			if slices.Contains(largeSizes, n) && !asked(n) {
+				b.Skipf("%d nodes only when asked: -bench=ScaleOperator/%d or %s=%d", n, n, largeEnv, n)
+			}
+			bin, err := gpuchaosBin()
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := NewCluster(b, n)
+			ctl := c.StartController(b, bin, c.Prometheus(b))
+			benchmarkScale(b, c, Operator(len(c.Targets())))
+			rss, err := ctl.PeakRSS()
+			if err != nil {
+				b.Fatalf("controller peak memory: %v (log %s)", err, ctl.Log)
+			}
+			b.ReportMetric(float64(rss)/(1<<20), "controller-peak-MiB")
+			if l, err := os.ReadFile("/proc/loadavg"); err == nil {
+				b.Logf("load average at the end: %s", strings.TrimSpace(string(l)))
+			}
+		})
+	}
+}
+
+func benchmarkScale(b *testing.B, c *Cluster, d Driver) {
+	n := len(c.Nodes)
 	targets := c.Targets()
 	b.Logf("%d nodes created in %s, Ready in %s; %d targets", n, c.CreateNodes.Round(time.Millisecond), c.ReadyNodes.Round(time.Millisecond), len(targets))
 	var applied, recovered time.Duration
