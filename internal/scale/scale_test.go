@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -13,7 +14,11 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/operator"
 )
 
 func init() { log.SetLogger(logr.Discard()) }
@@ -40,6 +45,52 @@ func TestHarness(t *testing.T) {
 	rss, err := PeakRSS()
 	if err != nil || rss <= 0 {
 		t.Errorf("PeakRSS() = %d, %v", rss, err)
+	}
+}
+
+// The operator driver end to end on a small cluster, with the operator
+// in this process (the benchmark runs the built command instead; the
+// Experiment and what it leads to are the same): the controller admits
+// the Experiment, selects the labelled tenth of the nodes, its NodeFaults
+// carry the run's label the tracker counts by, and the abort recovers
+// every one.
+func TestOperatorDriver(t *testing.T) {
+	c := NewCluster(t, 30)
+	mgr, err := operator.New(operator.Options{Config: c.Env.Config, Prometheus: c.Prometheus(t), SkipNameValidation: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	targets := c.Targets()
+	d := Operator(len(targets))
+	for i := range 2 {
+		run := fmt.Sprintf("op-%d", i)
+		tm := c.Run(t, d, run, targets, 2*time.Minute)
+		if tm.Applied <= 0 || tm.Recovered <= 0 {
+			t.Errorf("run %d timing = %+v", i, tm)
+		}
+		var e v1alpha1.Experiment
+		err := c.Env.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: run}, &e)
+		if err == nil && e.Status.Phase != v1alpha1.PhaseAborted {
+			t.Errorf("Experiment %s ended %s, want %s", run, e.Status.Phase, v1alpha1.PhaseAborted)
+		}
+	}
+	// Every NodeFault went to a target node: the agents of the other
+	// nodes wrote nothing.
+	if s := c.Agents.Stats(); s.Applied != 6 || s.Recovered != 6 {
+		t.Errorf("agents wrote %+v, want 6 applied and 6 recovered", s)
+	}
+	rss, err := PeakRSSOf(os.Getpid())
+	if err != nil || rss <= 0 {
+		t.Errorf("PeakRSSOf(self) = %d, %v", rss, err)
 	}
 }
 
