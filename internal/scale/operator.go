@@ -61,7 +61,7 @@ func Operator(targets int) Driver {
 			return pollExperiment(ctx, c, run, 5*time.Minute, func(e *v1alpha1.Experiment) (bool, error) {
 				switch {
 				case e.Status.Phase.Final():
-					return false, fmt.Errorf("Experiment %s ended %s before injecting: %+v", run, e.Status.Phase, e.Status.Conditions)
+					return false, fmt.Errorf("experiment %s ended %s before injecting: %+v", run, e.Status.Phase, e.Status.Conditions)
 				case e.Status.Phase == v1alpha1.PhaseRunning:
 					return true, nil
 				}
@@ -116,7 +116,7 @@ func pollExperiment(ctx context.Context, c client.Client, name string, within ti
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("Experiment %s: phase %q after %s (get: %v); conditions %+v", name, e.Status.Phase, within, err, e.Status.Conditions)
+			return fmt.Errorf("experiment %s: phase %q after %s (get: %v); conditions %+v", name, e.Status.Phase, within, err, e.Status.Conditions)
 		}
 		select {
 		case <-ctx.Done():
