@@ -147,6 +147,11 @@ type Controller struct {
 	Log string // its stderr, kept in a file
 }
 
+// ControllerLogEnv names a file to keep the controller's log in (its
+// JSON lines, for looking at where a run's time went); by default it goes
+// to a temporary folder removed with the benchmark.
+const ControllerLogEnv = "GPUCHAOS_SCALE_CONTROLLER_LOG"
+
 // BuildGPUChaos builds the gpuchaos command into dir and returns its path.
 func BuildGPUChaos(dir string) (string, error) {
 	bin := filepath.Join(dir, "gpuchaos")
@@ -161,7 +166,10 @@ func BuildGPUChaos(dir string) (string, error) {
 // prom for prometheus probes, and stops it when tb ends.
 func (c *Cluster) StartController(tb testing.TB, bin, prom string) *Controller {
 	tb.Helper()
-	logPath := filepath.Join(tb.TempDir(), "controller.log")
+	logPath := os.Getenv(ControllerLogEnv)
+	if logPath == "" {
+		logPath = filepath.Join(tb.TempDir(), "controller.log")
+	}
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		tb.Fatal(err)
