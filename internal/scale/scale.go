@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -39,6 +40,10 @@ type Driver struct {
 	// it (an Experiment's abort or end). The harness times from its call
 	// until all are Recovered.
 	Recover func(ctx context.Context, c client.Client, run string) error
+	// Cleanup, when set, ends run once all are Recovered (an operator
+	// driver deletes its Experiment); the harness then deletes whatever
+	// NodeFaults of run are left.
+	Cleanup func(ctx context.Context, c client.Client, run string) error
 }
 
 // writers bounds Direct's writes in flight, as a controller's worker pool
@@ -118,7 +123,18 @@ func NewCluster(tb testing.TB, n int) *Cluster {
 	env.StartKWOK(tb, kubetest.KWOKOptions{})
 	c := &Cluster{Env: env}
 	began := time.Now()
-	c.Nodes, c.CreateNodes = env.CreateFakeGPUNodes(tb, "gpu", n)
+	c.Nodes = kubetest.FakeNodeNames("gpu", n)
+	nodes := make([]*corev1.Node, n)
+	for i, name := range c.Nodes {
+		nodes[i] = kubetest.FakeGPUNode(name, 8)
+		if i%10 == 0 {
+			nodes[i].Labels[LabelTarget] = "true"
+		}
+	}
+	if err := kubetest.CreateNodes(context.Background(), env.Client, nodes, 0); err != nil {
+		tb.Fatal(err)
+	}
+	c.CreateNodes = time.Since(began)
 	// Generous: on two busy cores kwok readies a few hundred nodes a
 	// second at best.
 	env.WaitNodesReady(tb, c.Nodes, time.Duration(n)*100*time.Millisecond+2*time.Minute)
@@ -151,6 +167,10 @@ func NewCluster(tb testing.TB, n int) *Cluster {
 	}
 	return c
 }
+
+// LabelTarget is on every tenth node, those [Cluster.Targets] returns, so
+// an Experiment can select them by label.
+const LabelTarget = "scale.gpuchaos.dev/target"
 
 // Targets returns every tenth node, the 10 % a run touches.
 func (c *Cluster) Targets() []string {
@@ -190,6 +210,12 @@ func (c *Cluster) Run(tb testing.TB, d Driver, run string, targets []string, wit
 	c.phases.wait(tb, run, len(targets), v1alpha1.NodeFaultRecovered, within)
 	tm.Recovered = time.Since(began)
 
+	if d.Cleanup != nil {
+		if err := d.Cleanup(ctx, c.Env.Client, run); err != nil {
+			tb.Fatalf("%s: clean up %s: %v", d.Name, run, err)
+		}
+	}
+
 	if err := c.Env.Client.DeleteAllOf(ctx, &v1alpha1.NodeFault{}, client.MatchingLabels{v1alpha1.LabelExperiment: run}); err != nil {
 		tb.Fatalf("delete NodeFaults of %s: %v", run, err)
 	}
@@ -198,7 +224,9 @@ func (c *Cluster) Run(tb testing.TB, d Driver, run string, targets []string, wit
 
 // phaseTracker follows every NodeFault through one informer and counts,
 // per run, those in each phase; a watch, so waiting on thousands costs
-// the API server nothing more than the events it sends anyway.
+// the API server nothing more than the events it sends anyway. A deleted
+// NodeFault keeps the last phase seen: a controller deletes its
+// NodeFaults once they are Recovered, maybe before a waiter looked.
 type phaseTracker struct {
 	mu      sync.Mutex
 	phases  map[string]map[string]v1alpha1.NodeFaultPhase // run → name → phase
@@ -230,12 +258,10 @@ func trackPhases(ctx context.Context, tb testing.TB, env *kubetest.Env, wg *sync
 		run := nf.Labels[v1alpha1.LabelExperiment]
 		p.mu.Lock()
 		defer p.mu.Unlock()
-		if gone {
-			delete(p.phases[run], nf.Name)
-		} else {
-			if p.phases[run] == nil {
-				p.phases[run] = map[string]v1alpha1.NodeFaultPhase{}
-			}
+		if p.phases[run] == nil {
+			p.phases[run] = map[string]v1alpha1.NodeFaultPhase{}
+		}
+		if _, seen := p.phases[run][nf.Name]; !gone || !seen {
 			p.phases[run][nf.Name] = nf.Status.Phase
 		}
 		close(p.changed)
@@ -257,6 +283,21 @@ func trackPhases(ctx context.Context, tb testing.TB, env *kubetest.Env, wg *sync
 		return nil, fmt.Errorf("NodeFault tracker did not sync")
 	}
 	return p, nil
+}
+
+// count is how many NodeFaults of any run are in phase now.
+func (p *phaseTracker) count(phase v1alpha1.NodeFaultPhase) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, names := range p.phases {
+		for _, ph := range names {
+			if ph == phase {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // wait blocks until want NodeFaults of run are in phase, failing tb after

@@ -1,6 +1,7 @@
 package scale
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"os"
@@ -8,11 +9,16 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/operator"
 )
 
 func init() { log.SetLogger(logr.Discard()) }
@@ -39,6 +45,52 @@ func TestHarness(t *testing.T) {
 	rss, err := PeakRSS()
 	if err != nil || rss <= 0 {
 		t.Errorf("PeakRSS() = %d, %v", rss, err)
+	}
+}
+
+// The operator driver end to end on a small cluster, with the operator
+// in this process (the benchmark runs the built command instead; the
+// Experiment and what it leads to are the same): the controller admits
+// the Experiment, selects the labelled tenth of the nodes, its NodeFaults
+// carry the run's label the tracker counts by, and the abort recovers
+// every one.
+func TestOperatorDriver(t *testing.T) {
+	c := NewCluster(t, 30)
+	mgr, err := operator.New(operator.Options{Config: c.Env.Config, Prometheus: c.Prometheus(t), SkipNameValidation: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+	targets := c.Targets()
+	d := Operator(len(targets))
+	for i := range 2 {
+		run := fmt.Sprintf("op-%d", i)
+		tm := c.Run(t, d, run, targets, 2*time.Minute)
+		if tm.Applied <= 0 || tm.Recovered <= 0 {
+			t.Errorf("run %d timing = %+v", i, tm)
+		}
+		var e v1alpha1.Experiment
+		err := c.Env.Client.Get(ctx, client.ObjectKey{Namespace: Namespace, Name: run}, &e)
+		if err == nil && e.Status.Phase != v1alpha1.PhaseAborted {
+			t.Errorf("Experiment %s ended %s, want %s", run, e.Status.Phase, v1alpha1.PhaseAborted)
+		}
+	}
+	// Every NodeFault went to a target node: the agents of the other
+	// nodes wrote nothing.
+	if s := c.Agents.Stats(); s.Applied != 6 || s.Recovered != 6 {
+		t.Errorf("agents wrote %+v, want 6 applied and 6 recovered", s)
+	}
+	rss, err := PeakRSSOf(os.Getpid())
+	if err != nil || rss <= 0 {
+		t.Errorf("PeakRSSOf(self) = %d, %v", rss, err)
 	}
 }
 
@@ -125,13 +177,58 @@ func BenchmarkScale(b *testing.B) {
 			if slices.Contains(largeSizes, n) && !asked(n) {
 				b.Skipf("%d nodes only when asked: -bench=Scale/%d or %s=%d", n, n, largeEnv, n)
 			}
-			benchmarkScale(b, n, Direct)
+			c := NewCluster(b, n)
+			benchmarkScale(b, c, Direct)
 		})
 	}
 }
 
-func benchmarkScale(b *testing.B, n int, d Driver) {
-	c := NewCluster(b, n)
+// gpuchaosBin is the gpuchaos command built once for every size of
+// BenchmarkScaleOperator.
+var gpuchaosBin = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "gpuchaos-scale-")
+	if err != nil {
+		return "", err
+	}
+	return BuildGPUChaos(dir)
+})
+
+// BenchmarkScaleOperator is BenchmarkScale with the controller making
+// the NodeFaults: `gpuchaos controller`, built from this tree and run as
+// a process of its own, admits one Experiment selecting the labelled
+// tenth of the nodes, creates a NodeFault per node, and after the abort
+// annotation recovers them; the simulated agents, in this process,
+// acknowledge each through the API server. applied-s runs from the
+// Experiment's create until every NodeFault is Applied, recovered-s from
+// the abort until every one is Recovered; controller-peak-MiB is the
+// controller process's VmHWM at the end.
+func BenchmarkScaleOperator(b *testing.B) {
+	for _, n := range append(slices.Clone(defaultSizes), largeSizes...) {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			if slices.Contains(largeSizes, n) && !asked(n) {
+				b.Skipf("%d nodes only when asked: -bench=ScaleOperator/%d or %s=%d", n, n, largeEnv, n)
+			}
+			bin, err := gpuchaosBin()
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := NewCluster(b, n)
+			ctl := c.StartController(b, bin, c.Prometheus(b))
+			benchmarkScale(b, c, Operator(len(c.Targets())))
+			rss, err := ctl.PeakRSS()
+			if err != nil {
+				b.Fatalf("controller peak memory: %v (log %s)", err, ctl.Log)
+			}
+			b.ReportMetric(float64(rss)/(1<<20), "controller-peak-MiB")
+			if l, err := os.ReadFile("/proc/loadavg"); err == nil {
+				b.Logf("load average at the end: %s", strings.TrimSpace(string(l)))
+			}
+		})
+	}
+}
+
+func benchmarkScale(b *testing.B, c *Cluster, d Driver) {
+	n := len(c.Nodes)
 	targets := c.Targets()
 	b.Logf("%d nodes created in %s, Ready in %s; %d targets", n, c.CreateNodes.Round(time.Millisecond), c.ReadyNodes.Round(time.Millisecond), len(targets))
 	var applied, recovered time.Duration
