@@ -43,8 +43,9 @@ func workloadFaults() []*Fault {
 			},
 			Detectable: deathLayers(),
 			Mechanisms: []Mechanism{{
-				Name: "signal", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: deathLayers(),
-				Description: "Sends the signal to the rank's process, found by GPUCHAOS_JOB and RANK in /proc/PID/environ or named by pid, " +
+				Name: "signal", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: deathLayers(),
+				Description: "Sends the signal to the rank's process, found by GPUCHAOS_JOB and RANK in /proc/PID/environ (on Kubernetes " +
+					"among its pod's processes, by the pod's cgroup) or named by pid, " +
 					"and checked by its start time so a reused pid is never hit. A real death: nothing to recover but the job.",
 			}},
 			Signature: Signature{
@@ -66,7 +67,7 @@ func workloadFaults() []*Fault {
 			Detectable: hangLayers(),
 			Mechanisms: []Mechanism{
 				{
-					Name: "signal", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: hangLayers(),
+					Name: "signal", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: hangLayers(),
 					Description: "Sends SIGSTOP to the rank's process (every thread stops) and SIGCONT on recovery, also from a fresh " +
 						"process after a crash; its data-loader workers keep running.",
 				},
