@@ -106,7 +106,7 @@ func workloadFaults() []*Fault {
 						"at full speed, so the slowdown is approximate for GPU-bound ranks.",
 				},
 				{
-					Name: "duty-cycle", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetySafe, Reaches: []Layer{LayerWorkload},
+					Name: "duty-cycle", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: []Layer{LayerWorkload},
 					Description: "Alternates SIGSTOP and SIGCONT on the rank so that it runs 1/slowdown of each 100 ms period, and leaves " +
 						"it running on recovery. A CPU-bound rank slows by the factor; what the rank waits for goes on while it is " +
 						"stopped (GPU kernels already queued, a sleep, I/O), so a rank that waits much of its step slows less " +

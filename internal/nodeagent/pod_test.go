@@ -147,8 +147,9 @@ func procState(t *testing.T, pid int) string {
 // cgroup layout (not by a pid in the spec), beside a /pause sandbox and
 // a rank 1 in the same container that started first (the container's
 // main process, so picking the main process would hit the wrong rank).
-// hang-rank stops rank 0 (state T) and Recover continues it; kill-rank
-// kills it. Rank 1 and the pause process are left alone throughout.
+// hang-rank stops rank 0 (state T) and Recover continues it; a
+// duty-cycle straggler stops it part of each period and leaves it running
+// on Recover; kill-rank kills it. Rank 1 and the pause process are left alone throughout.
 func TestRankFaultsInPod(t *testing.T) {
 	pod := newKubePod(t)
 	pause := startHelper(t, "/pause", nil)
@@ -187,6 +188,22 @@ func TestRankFaultsInPod(t *testing.T) {
 		t.Fatalf("hang-rank reports Recovered, yet rank 0 (pid %d) is still stopped", rank0.pid())
 	}
 	untouched("hang recovered")
+
+	// duty-cycle stops rank 0 for 90 ms of every 100 ms: polled, it
+	// shows stopped soon; a sleeping process never does on its own.
+	create(t, env, newFault("slow", "workload.straggler", "duty-cycle", map[string]string{"slowdown": "10"}, tgt, time.Now().Add(10*time.Minute)))
+	waitPhase(t, env, "slow", v1alpha1.NodeFaultApplied)
+	testutil.Eventually(t, within, "the paced rank 0 to show stopped (T)", func() bool { return procState(t, rank0.pid()) == "T" })
+	untouched("duty-cycle applied")
+	setRecover(t, env, "slow")
+	waitPhase(t, env, "slow", v1alpha1.NodeFaultRecovered)
+	for range 20 {
+		if s := procState(t, rank0.pid()); s == "T" {
+			t.Fatalf("duty-cycle reports Recovered, yet rank 0 (pid %d) shows stopped", rank0.pid())
+		}
+		time.Sleep(10 * time.Millisecond) // spans two of the pacer's periods, had it survived
+	}
+	untouched("duty-cycle recovered")
 
 	create(t, env, newFault("kill", "workload.kill-rank", "signal", map[string]string{"signal": "SIGKILL"}, tgt, time.Now().Add(10*time.Minute)))
 	waitPhase(t, env, "kill", v1alpha1.NodeFaultApplied)

@@ -110,7 +110,7 @@ func Registry() []Entry {
 		// and passes it as pid (nodeagent's podParams).
 		{Mechanism: "signal", Targets: node, New: newProc, Faults: []string{"workload.kill-rank", "workload.hang-rank"}},
 		{Mechanism: "cgroup-cpu", Targets: local, New: newProc, Faults: []string{"workload.straggler"}},
-		{Mechanism: "duty-cycle", Targets: local, New: newProc, Faults: []string{"workload.straggler"}},
+		{Mechanism: "duty-cycle", Targets: node, New: newProc, Faults: []string{"workload.straggler"}},
 	}
 }
 
