@@ -46,8 +46,9 @@ func workloadFaults() []*Fault {
 			},
 			Detectable: deathLayers(),
 			Mechanisms: []Mechanism{{
-				Name: "signal", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: deathLayers(),
-				Description: "Sends the signal to the rank's process, found by GPUCHAOS_JOB and RANK in /proc/PID/environ or named by pid, " +
+				Name: "signal", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: deathLayers(),
+				Description: "Sends the signal to the rank's process, found by GPUCHAOS_JOB and RANK in /proc/PID/environ (on Kubernetes " +
+					"among its pod's processes, by the pod's cgroup) or named by pid, " +
 					"and checked by its start time so a reused pid is never hit. A real death: nothing to recover but the job.",
 			}},
 			Signature: Signature{
@@ -69,7 +70,7 @@ func workloadFaults() []*Fault {
 			Detectable: hangLayers(),
 			Mechanisms: []Mechanism{
 				{
-					Name: "signal", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: hangLayers(),
+					Name: "signal", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: hangLayers(),
 					Description: "Sends SIGSTOP to the rank's process (every thread stops) and SIGCONT on recovery, also from a fresh " +
 						"process after a crash; its data-loader workers keep running.",
 				},
@@ -108,7 +109,7 @@ func workloadFaults() []*Fault {
 						"at full speed, so the slowdown is approximate for GPU-bound ranks.",
 				},
 				{
-					Name: "duty-cycle", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetySafe, Reaches: []Layer{LayerWorkload},
+					Name: "duty-cycle", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: []Layer{LayerWorkload},
 					Description: "Alternates SIGSTOP and SIGCONT on the rank so that it runs 1/slowdown of each 100 ms period, and leaves " +
 						"it running on recovery. A CPU-bound rank slows by the factor; what the rank waits for goes on while it is " +
 						"stopped (GPU kernels already queued, a sleep, I/O), so a rank that waits much of its step slows less " +

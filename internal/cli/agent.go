@@ -47,6 +47,7 @@ type agentFlags struct {
 	kubeconfig string
 	ledger     string
 	resync     time.Duration
+	cgroupRoot string
 }
 
 // DefaultAgentLedger is where the agent journals the NodeFaults it
@@ -129,6 +130,7 @@ Ctrl-C.`,
 	f.StringVar(&fl.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (with --node-name; empty: in-cluster service account)")
 	f.StringVar(&fl.ledger, "ledger", DefaultAgentLedger, "journal of the NodeFaults applied on this node (with --node-name)")
 	f.DurationVar(&fl.resync, "resync", 30*time.Second, "how often to list this node's NodeFaults besides watching them (with --node-name)")
+	f.StringVar(&fl.cgroupRoot, "cgroup-root", "", "where the node's cgroup hierarchies are mounted, to find a pod's processes by its uid (with --node-name; empty: /sys/fs/cgroup)")
 	return cmd
 }
 
@@ -257,7 +259,7 @@ func (fl agentFlags) newNodeAgent(devs []gpu.Device, log *slog.Logger) (*nodeage
 		name = "gpuchaos-agent/" + fl.nodeName
 	}
 	a, err := nodeagent.New(nodeagent.Options{
-		Client: c, Node: fl.nodeName, Ledger: fl.ledger, GPUs: devs, Agent: name, Resync: fl.resync,
+		Client: c, Node: fl.nodeName, Ledger: fl.ledger, GPUs: devs, Agent: name, Resync: fl.resync, CgroupRoot: fl.cgroupRoot,
 		Env:    all.Env{Kmsg: kmsg.Writer{}, Logger: log.With("component", "injector")},
 		Logger: log.With("component", "nodeagent", "node", fl.nodeName),
 	})

@@ -584,8 +584,10 @@ func (a *Agent) apply(ctx context.Context, nf *v1alpha1.NodeFault) error {
 // podParams returns nf's params with the pid of its pod's process filled
 // in: a rank in a pod is found through the pod's cgroup on this node
 // (podproc), not by the environment variables a bare-metal rank carries,
-// and the rank injectors take it as their pid parameter. A pid the spec
-// names is kept.
+// and the rank injectors take it as their pid parameter. For a network
+// fault the pid names a network namespace, so it is the pod's own (its
+// pause process's): that namespace lives as long as the pod, while an
+// app container's process may restart. A pid the spec names is kept.
 func (a *Agent) podParams(f *catalog.Fault, nf *v1alpha1.NodeFault) (map[string]string, error) {
 	t := nf.Spec.Target
 	if t.PodUID == "" || f.Param("pid") == nil {
@@ -594,7 +596,18 @@ func (a *Agent) podParams(f *catalog.Fault, nf *v1alpha1.NodeFault) (map[string]
 	if p := nf.Spec.Params["pid"]; p != "" && p != "0" {
 		return nf.Spec.Params, nil
 	}
-	pid, err := podproc.TargetPID(a.opts.CgroupRoot, t, "")
+	var pid int
+	var err error
+	if netnsFault(f) {
+		var ns podproc.NetNS
+		// A pod on the node's network (hostNetwork) is refused: its
+		// "own" namespace is the node's, and every pod like it would be
+		// hit.
+		ns, err = podproc.NetNSOf(a.opts.CgroupRoot, t.PodUID)
+		pid = ns.PID
+	} else {
+		pid, err = podproc.TargetPID(a.opts.CgroupRoot, t, "")
+	}
 	if err != nil {
 		return nil, fmt.Errorf("spec.target.podUID: pod %s (%s) on node %s: %w", t.Pod, t.PodUID, a.opts.Node, err)
 	}
@@ -605,6 +618,11 @@ func (a *Agent) podParams(f *catalog.Fault, nf *v1alpha1.NodeFault) (map[string]
 	params["pid"] = strconv.Itoa(pid)
 	return params, nil
 }
+
+// netnsFault reports whether f's pid parameter names a network namespace
+// rather than a rank: the network and ebpf faults, which take the
+// interface in that namespace beside it.
+func netnsFault(f *catalog.Fault) bool { return f.Param("interface") != nil }
 
 // ref is the inventory reference of nf's target on this node; a gpu is
 // looked up by index among the node's GPUs, for its UUID and bus id.

@@ -115,9 +115,11 @@ func Registry() []Entry {
 		{Mechanism: "memory-hog", Targets: local, New: newNUMA, Faults: []string{"numa.memory-pressure"}},
 		{Mechanism: "cpu-hog", Targets: local, New: newNUMA, Faults: []string{"numa.cpu-saturation"}},
 
-		{Mechanism: "signal", Targets: local, New: newProc, Faults: []string{"workload.kill-rank", "workload.hang-rank"}},
+		// On k8s the agent finds the rank's process in its pod's cgroup
+		// and passes it as pid (nodeagent's podParams).
+		{Mechanism: "signal", Targets: node, New: newProc, Faults: []string{"workload.kill-rank", "workload.hang-rank"}},
 		{Mechanism: "cgroup-cpu", Targets: local, New: newProc, Faults: []string{"workload.straggler"}},
-		{Mechanism: "duty-cycle", Targets: local, New: newProc, Faults: []string{"workload.straggler"}},
+		{Mechanism: "duty-cycle", Targets: node, New: newProc, Faults: []string{"workload.straggler"}},
 
 		{Mechanism: kubefault.MechanismPodDelete, Targets: k8s, New: newKube, Faults: []string{"workload.pod-kill"}},
 		{Mechanism: kubefault.MechanismNodeCordon, Targets: k8s, New: newKube, Faults: []string{"workload.cordon-drain"}},

@@ -265,6 +265,53 @@ func TestInjectRecover(t *testing.T) {
 			t.Errorf("label probe over the touched nodes: %+v, want it to hold for n1 alone", obs)
 		}
 	})
+	t.Run("rank fault names its pod", func(t *testing.T) {
+		// The agent finds a rank's process through its pod's uid, so the
+		// NodeFault must carry it.
+		if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: exp.Namespace}}); err != nil {
+			t.Fatal(err)
+		}
+		p := pod(exp.Namespace, "llm-master-0", "n1", map[string]string{labelKubeflowJob: "llm", labelKubeflowType: "master", labelKubeflowIndex: "0"})
+		if err := env.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		inv, err := tgt.Inventory(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(inv.Jobs) != 1 || len(inv.Jobs[0].Ranks) != 1 {
+			t.Fatalf("jobs %+v, want llm with one rank", inv.Jobs)
+		}
+		j, r := inv.Jobs[0], inv.Jobs[0].Ranks[0]
+		kf, _ := catalog.Lookup("workload.kill-rank")
+		kinj, err := tgt.Injector(kf, kf.Mechanism("signal"))
+		if err != nil {
+			t.Fatalf("kill-rank via signal on k8s: %v", err)
+		}
+		kv, err := kf.Resolve(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := "e/0/" + j.Name + "/" + fmt.Sprint(r.Rank)
+		go ack(key, v1alpha1.NodeFaultApplied, "")
+		ref := inventory.Ref{Kind: catalog.ScopeRank, Node: r.Node, Job: j.Name, Rank: r.Rank, GPU: r.GPU}
+		if err := kinj.Inject(ctx, key, ref, kv); err != nil {
+			t.Fatalf("Inject: %v", err)
+		}
+		var nf v1alpha1.NodeFault
+		if err := env.Client.Get(ctx, client.ObjectKey{Name: NodeFaultName(exp.UID, key)}, &nf); err != nil {
+			t.Fatal(err)
+		}
+		got := nf.Spec.Target
+		if got.Kind != "rank" || got.Rank == nil || *got.Rank != r.Rank || got.Job != j.Name ||
+			got.Pod != exp.Namespace+"/llm-master-0" || got.PodUID == "" || got.PodUID != string(p.UID) || nf.Spec.NodeName != "n1" {
+			t.Errorf("rank NodeFault target %+v on node %s, want rank %d of %s in pod %s/llm-master-0 (%s) on n1", got, nf.Spec.NodeName, r.Rank, j.Name, exp.Namespace, p.UID)
+		}
+		go ack(key, v1alpha1.NodeFaultRecovered, "")
+		if err := kinj.Recover(ctx, key); err != nil {
+			t.Fatalf("Recover: %v", err)
+		}
+	})
 }
 
 func waitGone(t *testing.T, w *Watcher, name string) {
