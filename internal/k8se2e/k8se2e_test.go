@@ -264,7 +264,7 @@ func (c *cluster) leader(t *testing.T, not string) (*proc, string) {
 	testutil.Eventually(t, within, "the Lease holder to log that it leads", func() bool {
 		lead = nil
 		for _, p := range c.controllers {
-			if !p.exited() && strings.Contains(p.out.String(), "successfully acquired lease") {
+			if !p.exited() && strings.Contains(p.out.String(), `"msg":"Successfully acquired lease"`) {
 				if lead != nil {
 					t.Fatalf("both %s and %s logged acquiring the Lease", lead.name, p.name)
 				}

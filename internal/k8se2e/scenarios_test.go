@@ -35,17 +35,20 @@ import (
 	xidfmt "github.com/gpuchaos/gpuchaos/internal/xid"
 )
 
+// xidExperiment's expectation holds while the agent's counter of the XID
+// is new (absent 15 s before), so it clears after recovery as the
+// engine's recovery check wants; a plain counter > 0 never clears.
 const xidExperiment = `apiVersion: gpuchaos.dev/v1alpha1
 kind: Experiment
 metadata: {name: %s}
 spec:
   selector: {nodes: [` + node + `], gpus: ["1"], mode: one}
-  faults: [{id: hardware.xid, mechanism: kernel-log, params: {code: %d, process: %s}}]
+  faults: [{id: hardware.xid, mechanism: kernel-log, params: {code: %d, pid: 4242, process: %s}}]
   duration: 20s
   expectations:
     - name: xid-counted
       within: 60s
-      probe: {prometheus: {query: 'gpuchaos_xid_events_total{job="` + scrapeJob + `",gpu="1",code="%d"}', op: ">", value: 0}}
+      probe: {prometheus: {query: 'gpuchaos_xid_events_total{job="` + scrapeJob + `",gpu="1",code="%d"} unless gpuchaos_xid_events_total offset 15s', op: ">", value: 0}}
 `
 
 // netExperiment is network.loss on the fixture's veth for long enough
@@ -231,7 +234,8 @@ func testHappyPath(t *testing.T, c *cluster) {
 	fw := watchFaults(t, c, name)
 
 	run := runCLI(t, c, xidFile(t, name, process), chaosNS)
-	if code := run.wait(t, 5*time.Minute); code != 0 {
+	code := run.wait(t, 5*time.Minute)
+	if code != 0 {
 		t.Fatalf("gpuchaos run exited %d, want 0; stdout:\n%s\nstderr:\n%s", code, run.stdout.String(), run.out.String())
 	}
 	out := run.stdout.String()
