@@ -245,8 +245,8 @@ func testHappyPath(t *testing.T, c *cluster) {
 			t.Errorf("stdout lacks %q", want)
 		}
 	}
-	if !strings.Contains(lineWith(out, "xid-counted"), "PASS") {
-		t.Errorf("the verdict line of xid-counted %q does not say PASS", lineWith(out, "xid-counted"))
+	if l := lineWith(out, "\nxid-counted "); !strings.Contains(l, "PASS") {
+		t.Errorf("the verdict line of xid-counted %q does not say PASS", l)
 	}
 
 	e, _ := getExp(t, c, name)
@@ -441,8 +441,18 @@ func testRefused(t *testing.T, c *cluster) {
 	}
 }
 
-// lineWith returns the first line of s containing sub.
+// lineWith returns the first line of s containing sub; a sub starting
+// with a newline matches at a line's start.
 func lineWith(s, sub string) string {
+	if strings.HasPrefix(sub, "\n") {
+		s, sub = "\n"+s, sub[1:]
+		for l := range strings.Lines(s) {
+			if strings.HasPrefix(l, sub) {
+				return strings.TrimRight(l, "\n")
+			}
+		}
+		return ""
+	}
 	for l := range strings.Lines(s) {
 		if strings.Contains(l, sub) {
 			return strings.TrimRight(l, "\n")
