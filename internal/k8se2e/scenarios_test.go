@@ -385,8 +385,8 @@ func testInterrupt(t *testing.T, c *cluster) {
 	if !clean {
 		t.Error("gpuchaos run exited before the veth's filters were back")
 	}
-	if !strings.Contains(run.out.String(), "Aborting experiment") {
-		t.Errorf("stderr does not say it aborts:\n%s", run.out.String())
+	if !strings.Contains(run.stdout.String(), "Aborting experiment") || !strings.Contains(run.stdout.String(), "every NodeFault recovered") {
+		t.Errorf("stdout does not say it aborts and recovered:\n%s", run.stdout.String())
 	}
 	e, _ := getExp(t, c, name)
 	if e == nil || e.Status.Phase != v1alpha1.PhaseAborted {
