@@ -346,7 +346,10 @@ func testDeleteMidRun(t *testing.T, c *cluster) {
 			goneClean = s.Equal(before)
 			return true
 		}
-		if e.DeletionTimestamp != nil && !s.Equal(before) {
+		// Seen at all after the delete: the finalizer holds it. Whether
+		// the interface is still dirty then depends on how fast the
+		// agent is, so that is not asked.
+		if e.DeletionTimestamp != nil {
 			held = true
 		}
 		return false
@@ -355,7 +358,7 @@ func testDeleteMidRun(t *testing.T, c *cluster) {
 		t.Error("the experiment was gone while the veth still had the fault's filters")
 	}
 	if !held {
-		t.Error("the deleted experiment was never seen held while its fault was applied")
+		t.Error("the deleted experiment was never seen held by its finalizer")
 	}
 	if !snapshot(t, fx).Equal(before) {
 		t.Error("the veth's filters are not back after the experiment went")
