@@ -909,6 +909,12 @@ func Matches(s probe.Subject, r inventory.Ref, inv inventory.Inventory) bool {
 	if s == (probe.Subject{}) {
 		return true
 	}
+	if s.Job != "" && (s.GPU != "" || s.UUID != "" || s.PCI != "") && !knownJob(inv, s.Job) {
+		// The job label of a series Prometheus scraped from an exporter
+		// (the gpuchaos agent, dcgm-exporter) names the scrape job, not a
+		// training job; the GPU it names still says what it is about.
+		s.Job = ""
+	}
 	if s.Node != "" {
 		if r.Kind == catalog.ScopeJob {
 			return jobOn(inv, r.Job, s.Node, -1)
@@ -948,6 +954,16 @@ func Matches(s probe.Subject, r inventory.Ref, inv inventory.Inventory) bool {
 // id.
 func sameGPU(s probe.Subject, r inventory.Ref) bool {
 	return s.GPU == strconv.Itoa(r.GPU) || s.UUID != "" && s.UUID == r.UUID || s.PCI != "" && samePCI(s.PCI, r.PCI)
+}
+
+// knownJob reports whether the inventory has a training job named job.
+func knownJob(inv inventory.Inventory, job string) bool {
+	for _, j := range inv.Jobs {
+		if j.Name == job {
+			return true
+		}
+	}
+	return false
 }
 
 func jobOn(inv inventory.Inventory, job, node string, gpu int) bool {

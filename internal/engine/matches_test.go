@@ -43,6 +43,11 @@ func TestMatches(t *testing.T) {
 		{"no node: bus id on a one-node inventory", probe.Subject{PCI: "00000000:C3:00.0"}, gpu2, one, true},
 		{"no node: any gpu of the one node on a node target", probe.Subject{GPU: "7"}, nodeA, one, true},
 		{"no node: a gpu is not a job", probe.Subject{GPU: "2"}, job, one, false},
+		{"scrape job on an exporter's gpu series: uuid decides", probe.Subject{Job: "gpuchaos-agent", GPU: "2", UUID: "GPU-2"}, gpu2, two, true},
+		{"scrape job on an exporter's gpu series: other uuid", probe.Subject{Job: "gpuchaos-agent", GPU: "2", UUID: "GPU-9"}, gpu2, one, false},
+		{"scrape job with a node and gpu", probe.Subject{Job: "dcgm", Node: "node-a", GPU: "2"}, gpu2, two, true},
+		{"unknown job alone concerns nothing", probe.Subject{Job: "eval"}, gpu2, one, false},
+		{"known job on another gpu stays a job", probe.Subject{Job: "train", GPU: "5"}, gpu2, one, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
