@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/podproc/podproctest"
 
 	"github.com/vishvananda/netns"
 
@@ -71,17 +72,15 @@ func newKubePod(t *testing.T) *kubePod {
 	}
 	// Registered before any process starts, so it runs after their
 	// cleanups have killed and reaped them and the groups are empty.
-	made := mkGroups(t, p.mount, []string{p.sandbox, p.app})
-	t.Cleanup(func() { rmGroups(t, made) })
+	made := podproctest.MkGroups(t, p.mount, []string{p.sandbox, p.app})
+	t.Cleanup(func() { podproctest.RmGroups(t, made) })
 	return p
 }
 
 // join moves pid into group (below the pod's mount).
 func (p *kubePod) join(t *testing.T, group string, pid int) {
 	t.Helper()
-	if err := os.WriteFile(filepath.Join(p.mount, group, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
-		t.Fatalf("move pid %d into %s: %v", pid, group, err)
-	}
+	podproctest.Join(t, p.mount, group, pid)
 }
 
 // helper is an idle process of this test binary under argv0 with env
@@ -268,50 +267,6 @@ func TestNetworkFaultInPodNetNS(t *testing.T) {
 	create(t, env, newFault("host", "network.loss", "cls-bpf", params, hostTgt, time.Now().Add(10*time.Minute)))
 	if f := waitPhase(t, env, "host", v1alpha1.NodeFaultFailed); !strings.Contains(f.Status.Message, podproc.ErrHostNetwork.Error()) {
 		t.Errorf("network fault on a host-network pod: message %q, want %q", f.Status.Message, podproc.ErrHostNetwork)
-	}
-}
-
-// mkGroups makes the groups (and their parents) below mount, returning
-// those it made, deepest first; groups that existed are left alone.
-func mkGroups(t *testing.T, mount string, groups []string) []string {
-	t.Helper()
-	var made []string
-	for _, g := range groups {
-		var missing []string
-		for d := g; d != "/" && d != "."; d = filepath.Dir(d) {
-			if _, err := os.Stat(filepath.Join(mount, d)); err == nil {
-				break
-			}
-			missing = append(missing, filepath.Join(mount, d))
-		}
-		for i := len(missing) - 1; i >= 0; i-- {
-			if err := os.Mkdir(missing[i], 0o755); err != nil {
-				rmGroups(t, made)
-				t.Fatalf("make cgroup: %v", err)
-			}
-			made = append([]string{missing[i]}, made...)
-		}
-	}
-	return made
-}
-
-// rmGroups removes the groups, deepest first. A group empties only once
-// its processes are reaped, so a busy one is retried for a while.
-func rmGroups(t *testing.T, dirs []string) {
-	t.Helper()
-	for _, d := range dirs {
-		deadline := time.Now().Add(within)
-		for {
-			err := os.Remove(d)
-			if err == nil || errors.Is(err, os.ErrNotExist) {
-				break
-			}
-			if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
-				t.Errorf("remove cgroup %s: %v", d, err)
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
 	}
 }
 

@@ -3,13 +3,13 @@ package podproc
 import (
 	"errors"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/podproc/podproctest"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/cgroup"
@@ -63,10 +63,10 @@ func TestRealCgroupTree(t *testing.T) {
 			uid, sandbox, ctr := newUID(t), newID(t), newID(t)
 			pod := tr.pod(uid)
 			groups := []string{pod + "/" + tr.container(sandbox), pod + "/" + tr.container(ctr)}
-			made := mkGroups(t, tr.h.Mount, groups)
+			made := podproctest.MkGroups(t, tr.h.Mount, groups)
 			// Registered before the processes start, so it runs after their
 			// cleanup has killed and reaped them and the groups are empty.
-			t.Cleanup(func() { rmGroups(t, made) })
+			t.Cleanup(func() { podproctest.RmGroups(t, made) })
 
 			var attr *syscall.SysProcAttr
 			if tr.newNet {
@@ -74,9 +74,9 @@ func TestRealCgroupTree(t *testing.T) {
 			}
 			pause, _ := proc(t, "sleep", "/pause", attr)
 			app, worker := proc(t, "parent", "torchrun", nil, "RANK=0")
-			join(t, tr.h.Mount, groups[0], pause)
-			join(t, tr.h.Mount, groups[1], app)
-			join(t, tr.h.Mount, groups[1], worker)
+			podproctest.Join(t, tr.h.Mount, groups[0], pause)
+			podproctest.Join(t, tr.h.Mount, groups[1], app)
+			podproctest.Join(t, tr.h.Mount, groups[1], worker)
 
 			g, err := OfProcess(app)
 			if err != nil || g.PodUID != uid || g.ContainerID != ctr {
@@ -129,56 +129,5 @@ func TestRealCgroupTree(t *testing.T) {
 	}
 	if _, err := MainPID("", newUID(t), ""); !errors.Is(err, ErrNoPod) {
 		t.Errorf("MainPID of a pod not here = %v; want ErrNoPod", err)
-	}
-}
-
-// mkGroups makes the groups (and their parents) below mount, returning
-// those it made, deepest first; groups that existed are left alone.
-func mkGroups(t *testing.T, mount string, groups []string) []string {
-	t.Helper()
-	var made []string
-	for _, g := range groups {
-		var missing []string
-		for d := g; d != "/" && d != "."; d = filepath.Dir(d) {
-			if _, err := os.Stat(filepath.Join(mount, d)); err == nil {
-				break
-			}
-			missing = append(missing, filepath.Join(mount, d))
-		}
-		for i := len(missing) - 1; i >= 0; i-- {
-			if err := os.Mkdir(missing[i], 0o755); err != nil {
-				rmGroups(t, made)
-				t.Fatalf("make cgroup: %v", err)
-			}
-			made = append([]string{missing[i]}, made...)
-		}
-	}
-	return made
-}
-
-// rmGroups removes the groups, deepest first. A group empties only once
-// its processes are reaped, so a busy one is retried for a while.
-func rmGroups(t *testing.T, dirs []string) {
-	t.Helper()
-	for _, d := range dirs {
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			err := os.Remove(d)
-			if err == nil || errors.Is(err, os.ErrNotExist) {
-				break
-			}
-			if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
-				t.Errorf("remove cgroup %s: %v", d, err)
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-}
-
-func join(t *testing.T, mount, group string, pid int) {
-	t.Helper()
-	if err := os.WriteFile(filepath.Join(mount, group, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
-		t.Fatalf("move pid %d into %s: %v", pid, group, err)
 	}
 }
