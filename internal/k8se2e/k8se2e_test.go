@@ -289,6 +289,7 @@ func TestKubernetesEndToEnd(t *testing.T) {
 		fn   func(*testing.T, *cluster)
 	}{
 		{"refused namespace", testRefused},
+		{"dry run", testDryRun},
 		{"happy path", testHappyPath},
 		{"delete mid-run", testDeleteMidRun},
 		{"SIGINT mid-run", testInterrupt},

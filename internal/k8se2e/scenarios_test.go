@@ -227,6 +227,35 @@ func (fw *faultWatch) get() (map[string][]v1alpha1.NodeFaultPhase, map[string]bo
 
 // 1. The happy path: an XID on GPU 1 of n1 through 'gpuchaos run
 // --target k8s', judged by a Prometheus query on the agent's XID counter.
+// testDryRun: --dry-run plans against the live cluster (the node, and the
+// GPU with the UUID and bus id its agent reported) and creates nothing.
+func testDryRun(t *testing.T, c *cluster) {
+	name := "e2e-dry"
+	run := start(t, "gpuchaos run --dry-run", "run", xidFile(t, name, "gc"+tag(t)), "--target", "k8s", "--dry-run", "--kubeconfig", c.env.Kubeconfig, "-n", chaosNS)
+	if code := run.wait(t, 2*time.Minute); code != 0 {
+		t.Fatalf("gpuchaos run --dry-run exited %d; stdout:\n%s\nstderr:\n%s", code, run.stdout.String(), run.out.String())
+	}
+	out := run.stdout.String()
+	var n corev1.Node
+	if err := c.env.Client.Get(t.Context(), client.ObjectKey{Name: node}, &n); err != nil {
+		t.Fatal(err)
+	}
+	var gpus []v1alpha1.GPUReport
+	if err := json.Unmarshal([]byte(n.Annotations[v1alpha1.AnnotationGPUs]), &gpus); err != nil || len(gpus) < 2 {
+		t.Fatalf("GPUs reported on %s: %v (%v)", node, gpus, err)
+	}
+	want := fmt.Sprintf("%s gpu 1 (%s, %s)", node, gpus[1].UUID, gpus[1].BusID)
+	if !strings.Contains(out, "Nothing was injected") || !strings.Contains(out, want) {
+		t.Errorf("dry run output does not name %q:\n%s", want, out)
+	}
+	if _, ok := getExp(t, c, name); ok {
+		t.Errorf("a dry run created experiment %s", name)
+	}
+	if nfs := faultsOf(t, c, name); len(nfs) != 0 {
+		t.Errorf("a dry run created %d NodeFaults", len(nfs))
+	}
+}
+
 func testHappyPath(t *testing.T, c *cluster) {
 	name := "e2e-xid"
 	process := "gc" + tag(t)
