@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -83,6 +84,47 @@ func editRecord(t *testing.T, in *Injector, key string, edit func(*state)) {
 	}
 }
 
+// waitFreed returns once the corrupted checkpoint's inode is freed: its
+// handle no longer opens. Unlinking the last name frees it at once unless
+// something still holds it open, and under load one thing can for a few
+// milliseconds: a child process another test forks inherits every open
+// file until its exec closes them (O_CLOEXEC). The inode is then deleted
+// but held open, which Recover rightly restores, so a case about a freed
+// inode waits for the state it is about.
+func waitFreed(t *testing.T, in *Injector, key, dir string) {
+	t.Helper()
+	b, err := in.dir.Read(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := parseState(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Ref == nil || len(st.Ref.Handle) == 0 {
+		return // no handle to ask; the case's want says what then
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		mnt, err := mountFD(st.Ref, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd, err := unix.OpenByHandleAt(mnt, unix.NewFileHandle(st.Ref.HandleType, st.Ref.Handle), unix.O_RDONLY|unix.O_CLOEXEC)
+		unix.Close(mnt)
+		if errors.Is(err, unix.ESTALE) {
+			return
+		}
+		if err == nil {
+			unix.Close(fd)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is still not freed 30 s after its last name went (open_by_handle_at: %v)", st.Ref, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestCorruptRecoverWhereverTheCheckpointWent corrupts a checkpoint, makes
 // it vanish from its path in each way a job or an operator can, and
 // checks that Recover restores it wherever it still lives, says gone only
@@ -145,11 +187,16 @@ func TestCorruptRecoverWhereverTheCheckpointWent(t *testing.T) {
 				return filepath.Join(to, filepath.Base(file))
 			}},
 		{name: "directory removed", want: wantFreed, proof: "no longer exists",
-			vanish: func(t *testing.T, _ *Injector, dir, _ string) string { must(t, os.RemoveAll(dir)); return "" }},
+			vanish: func(t *testing.T, in *Injector, dir, _ string) string {
+				must(t, os.RemoveAll(dir))
+				waitFreed(t, in, "k", filepath.Dir(dir))
+				return ""
+			}},
 		{name: "replaced by a new checkpoint", want: wantGone, proof: "no longer exists",
-			vanish: func(t *testing.T, _ *Injector, _, file string) string {
+			vanish: func(t *testing.T, in *Injector, dir, file string) string {
 				must(t, os.WriteFile(file+".tmp", fresh, 0o600))
 				must(t, os.Rename(file+".tmp", file))
+				waitFreed(t, in, "k", dir)
 				return ""
 			},
 			check: func(t *testing.T, _, file string) {
