@@ -167,11 +167,7 @@ func setup(t *testing.T) *cluster {
 	t.Helper()
 	nt.RequireRoot(t)
 	if _, err := os.Stat(prometheus); err != nil {
-		msg := fmt.Sprintf("%s: %v; this test needs the Prometheus server: run scripts/setup-prometheus (as root)", prometheus, err)
-		if os.Getenv(kubetest.RequireEnv) != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		kubetest.Missing(t, fmt.Sprintf("%s: %v; this test needs the Prometheus server: run scripts/setup-prometheus (as root)", prometheus, err))
 	}
 	env := kubetest.Start(t, kubetest.Options{CRDs: true})
 	ctx := t.Context()

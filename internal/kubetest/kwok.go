@@ -180,11 +180,7 @@ func (e *Env) StartKWOK(t testing.TB, opts KWOKOptions) {
 	t.Helper()
 	bin, err := KWOKBinary()
 	if err != nil {
-		msg := fmt.Sprintf("fake nodes need kwok: %v (run scripts/setup-kwok, which scripts/setup-kube runs)", err)
-		if os.Getenv(RequireEnv) != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
+		Missing(t, fmt.Sprintf("fake nodes need kwok: %v (run scripts/setup-kwok, which scripts/setup-kube runs)", err))
 	}
 	if opts.Parallelism <= 0 {
 		opts.Parallelism = 16

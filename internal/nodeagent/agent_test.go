@@ -253,10 +253,10 @@ type kmsgLines struct {
 func followKmsg(t *testing.T, needle string) *kmsgLines {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("not root: the kernel-log mechanism writes /dev/kmsg, which needs root")
+		kubetest.Missing(t, "not root: the kernel-log mechanism writes /dev/kmsg, which needs root")
 	}
 	if _, err := os.Stat(kmsg.DefaultPath); err != nil {
-		t.Skipf("no kernel log device: %v", err)
+		kubetest.Missing(t, fmt.Sprintf("no kernel log device: %v", err))
 	}
 	fl, err := kmsg.Open(kmsg.Options{})
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -42,11 +43,11 @@ type kubePod struct {
 func newKubePod(t *testing.T) *kubePod {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("not root: moving processes between cgroups needs root")
+		kubetest.Missing(t, "not root: moving processes between cgroups needs root")
 	}
 	hs, err := podproc.Hierarchies("")
 	if err != nil {
-		t.Skipf("no cgroup hierarchies: %v", err)
+		kubetest.Missing(t, fmt.Sprintf("no cgroup hierarchies: %v", err))
 	}
 	p := &kubePod{uid: randUID(t), sandboxID: randHex(t, 32), appID: randHex(t, 32)}
 	var pod string
@@ -68,7 +69,7 @@ func newKubePod(t *testing.T) *kubePod {
 		}
 	}
 	if p.mount == "" {
-		t.Skipf("neither a v2 nor a v1 pids hierarchy among %+v", hs)
+		kubetest.Missing(t, fmt.Sprintf("neither a v2 nor a v1 pids hierarchy among %+v", hs))
 	}
 	// Registered before any process starts, so it runs after their
 	// cleanups have killed and reaped them and the groups are empty.
