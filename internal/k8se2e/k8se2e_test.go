@@ -6,7 +6,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,45 +42,19 @@ const (
 	xidCode = 119
 )
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
 func TestMain(m *testing.M) {
 	if os.Getenv(nt.SleeperEnv) != "" {
 		nt.Sleep()
 	}
 	ctrllog.SetLogger(logr.Discard())
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
+	testutil.RemoveGPUChaos()
 	os.Exit(code)
 }
 
-// binary builds the gpuchaos binary once: every part under test is the
-// real command in a process of its own.
-func binary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gpuchaos-k8se2e-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "gpuchaos")
-		out, err := exec.Command("go", "build", "-o", binPath, "../../cmd/gpuchaos").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+// binary is the gpuchaos command, built once: every part under test is
+// the real command in a process of its own.
+func binary(t *testing.T) string { return testutil.GPUChaos(t) }
 
 // proc is a running gpuchaos process.
 type proc struct {

@@ -42,12 +42,6 @@ const within = 60 * time.Second
 
 const node = "n1"
 
-var (
-	binOnce sync.Once
-	binPath string
-	binErr  error
-)
-
 func TestMain(m *testing.M) {
 	if os.Getenv(nt.SleeperEnv) != "" {
 		nt.Sleep()
@@ -56,33 +50,13 @@ func TestMain(m *testing.M) {
 	// logger, which warns after 30 s when nobody set it.
 	ctrllog.SetLogger(logr.Discard())
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
-	}
+	testutil.RemoveGPUChaos()
 	os.Exit(code)
 }
 
-// binary builds the gpuchaos binary once for the package's tests: the
-// agent under test is the real command, in a process of its own.
-func binary(t *testing.T) string {
-	t.Helper()
-	binOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "gpuchaos-nodeagent-test-")
-		if err != nil {
-			binErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "gpuchaos")
-		out, err := exec.Command("go", "build", "-o", binPath, "../../cmd/gpuchaos").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+// binary is the gpuchaos command, built once: every part under test is
+// the real command in a process of its own.
+func binary(t *testing.T) string { return testutil.GPUChaos(t) }
 
 // agentProc is a running 'gpuchaos agent --node-name'.
 type agentProc struct {

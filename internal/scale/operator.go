@@ -152,16 +152,6 @@ type Controller struct {
 // to a temporary folder removed with the benchmark.
 const ControllerLogEnv = "GPUCHAOS_SCALE_CONTROLLER_LOG"
 
-// BuildGPUChaos builds the gpuchaos command into dir and returns its path.
-func BuildGPUChaos(dir string) (string, error) {
-	bin := filepath.Join(dir, "gpuchaos")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/gpuchaos/gpuchaos/cmd/gpuchaos").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build gpuchaos: %v: %s", err, out)
-	}
-	return bin, nil
-}
-
 // StartController runs bin's controller against c's API server, asking
 // prom for prometheus probes, and stops it when tb ends.
 func (c *Cluster) StartController(tb testing.TB, bin, prom string) *Controller {

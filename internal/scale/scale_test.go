@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +18,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/operator"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 func init() { log.SetLogger(logr.Discard()) }
@@ -183,15 +183,11 @@ func BenchmarkScale(b *testing.B) {
 	}
 }
 
-// gpuchaosBin is the gpuchaos command built once for every size of
-// BenchmarkScaleOperator.
-var gpuchaosBin = sync.OnceValues(func() (string, error) {
-	dir, err := os.MkdirTemp("", "gpuchaos-scale-")
-	if err != nil {
-		return "", err
-	}
-	return BuildGPUChaos(dir)
-})
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testutil.RemoveGPUChaos()
+	os.Exit(code)
+}
 
 // BenchmarkScaleOperator is BenchmarkScale with the controller making
 // the NodeFaults: `gpuchaos controller`, built from this tree and run as
@@ -208,10 +204,7 @@ func BenchmarkScaleOperator(b *testing.B) {
 			if slices.Contains(largeSizes, n) && !asked(n) {
 				b.Skipf("%d nodes only when asked: -bench=ScaleOperator/%d or %s=%d", n, n, largeEnv, n)
 			}
-			bin, err := gpuchaosBin()
-			if err != nil {
-				b.Fatal(err)
-			}
+			bin := testutil.GPUChaos(b)
 			c := NewCluster(b, n)
 			ctl := c.StartController(b, bin, c.Prometheus(b))
 			benchmarkScale(b, c, Operator(len(c.Targets())))
