@@ -27,7 +27,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
-	"github.com/gpuchaos/gpuchaos/internal/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/operator"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 	nf "github.com/gpuchaos/gpuchaos/internal/trafficctl"
@@ -307,9 +306,9 @@ func testHappyPath(t *testing.T, c *cluster) {
 
 	// The kernel log got the line, naming GPU 1 by the bus id its agent
 	// reported on the Node.
-	testutil.Eventually(t, within, "the XID line in /dev/kmsg", func() bool { return len(lines.get()) > 0 })
+	testutil.Eventually(t, within, "the XID line in /dev/kmsg", func() bool { return len(lines.Lines()) > 0 })
 	bus := busID(t, c, 1)
-	if l := lines.get(); len(l) != 1 || !strings.Contains(l[0], fmt.Sprintf("Xid (PCI:%s): %d,", bus, xidCode)) {
+	if l := lines.Lines(); len(l) != 1 || !strings.Contains(l[0], fmt.Sprintf("Xid (PCI:%s): %d,", bus, xidCode)) {
 		t.Errorf("kernel log lines %q: want one XID %d on GPU 1's bus id %s", l, xidCode, bus)
 	}
 }
@@ -468,7 +467,7 @@ func testRefused(t *testing.T, c *cluster) {
 	if p, _ := fw.get(); len(p) != 0 {
 		t.Errorf("NodeFaults seen for the refused experiment: %v", p)
 	}
-	if l := lines.get(); len(l) != 0 {
+	if l := lines.Lines(); len(l) != 0 {
 		t.Errorf("kernel log lines of the refused experiment: %q", l)
 	}
 }
@@ -526,40 +525,8 @@ func tag(t *testing.T) string {
 	return hex.EncodeToString(b)
 }
 
-// kmsgLines follows the real kernel log from now and keeps the records
-// that contain a needle.
-type kmsgLines struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func followKmsg(t *testing.T, needle string) *kmsgLines {
-	t.Helper()
-	fl, err := kmsg.Open(kmsg.Options{})
-	if err != nil {
-		t.Fatalf("the kernel-log mechanism needs %s: %v", kmsg.DefaultPath, err)
-	}
-	k := &kmsgLines{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = fl.Run(ctx, func(r kmsg.Record) {
-			if strings.Contains(r.Message, needle) {
-				k.mu.Lock()
-				k.lines = append(k.lines, r.Message)
-				k.mu.Unlock()
-			}
-		})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return k
-}
-
-func (k *kmsgLines) get() []string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return slices.Clone(k.lines)
+func followKmsg(t *testing.T, needle string) *testutil.KmsgLines {
+	return testutil.FollowKmsg(t, needle)
 }
 
 // startPrometheus runs the server on a free loopback port until the test

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -217,14 +216,7 @@ func tag(t *testing.T) string {
 	return hex.EncodeToString(b)
 }
 
-// kmsgLines follows the real kernel log from now and counts the records
-// that contain needle.
-type kmsgLines struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func followKmsg(t *testing.T, needle string) *kmsgLines {
+func followKmsg(t *testing.T, needle string) *testutil.KmsgLines {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		kubetest.Missing(t, "not root: the kernel-log mechanism writes /dev/kmsg, which needs root")
@@ -232,31 +224,7 @@ func followKmsg(t *testing.T, needle string) *kmsgLines {
 	if _, err := os.Stat(kmsg.DefaultPath); err != nil {
 		kubetest.Missing(t, fmt.Sprintf("no kernel log device: %v", err))
 	}
-	fl, err := kmsg.Open(kmsg.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := &kmsgLines{}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = fl.Run(ctx, func(r kmsg.Record) {
-			if strings.Contains(r.Message, needle) {
-				k.mu.Lock()
-				k.lines = append(k.lines, r.Message)
-				k.mu.Unlock()
-			}
-		})
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	return k
-}
-
-func (k *kmsgLines) get() []string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return slices.Clone(k.lines)
+	return testutil.FollowKmsg(t, needle)
 }
 
 // An XID NodeFault through the real agent process and the real kernel
@@ -313,12 +281,12 @@ func TestXIDThroughNodeFault(t *testing.T) {
 	if !controllerutil.ContainsFinalizer(got, v1alpha1.FinalizerRecover) {
 		t.Errorf("applied NodeFault has finalizers %v, want %s", got.Finalizers, v1alpha1.FinalizerRecover)
 	}
-	testutil.Eventually(t, within, "the XID line in /dev/kmsg", func() bool { return len(lines.get()) > 0 })
+	testutil.Eventually(t, within, "the XID line in /dev/kmsg", func() bool { return len(lines.Lines()) > 0 })
 	bus, ok := xidfmt.NormalizePCI(gpus[1].BusID)
 	if !ok {
 		t.Fatalf("reported bus id %q is not one", gpus[1].BusID)
 	}
-	if l := lines.get()[0]; !strings.Contains(l, "Xid (PCI:"+bus+"): 79,") {
+	if l := lines.Lines()[0]; !strings.Contains(l, "Xid (PCI:"+bus+"): 79,") {
 		t.Errorf("kernel log line %q: want XID 79 on GPU 1's bus id %s", l, gpus[1].BusID)
 	}
 
@@ -372,9 +340,9 @@ func TestXIDThroughNodeFault(t *testing.T) {
 			t.Errorf("ledger recorded %s %d times, want once", k, n)
 		}
 	}
-	testutil.Eventually(t, within, "two XID lines, one per NodeFault", func() bool { return len(lines.get()) >= 2 })
-	if n := len(lines.get()); n != 2 {
-		t.Errorf("%d XID lines for two NodeFaults: %q", n, lines.get())
+	testutil.Eventually(t, within, "two XID lines, one per NodeFault", func() bool { return len(lines.Lines()) >= 2 })
+	if n := len(lines.Lines()); n != 2 {
+		t.Errorf("%d XID lines for two NodeFaults: %q", n, lines.Lines())
 	}
 }
 
