@@ -15,7 +15,7 @@ import (
 
 func TestAgentTwin(t *testing.T) {
 	t.Parallel()
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var out, errb testutil.LockedBuffer

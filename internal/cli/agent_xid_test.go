@@ -19,7 +19,7 @@ import (
 // and returns a func that fetches its /metrics page, and its stderr.
 func startTwinAgent(t *testing.T, extra ...string) (page func() string, stderr *testutil.LockedBuffer) {
 	t.Helper()
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	var out, errb testutil.LockedBuffer
 	root := newRoot(strings.NewReader(""), &out, &errb)

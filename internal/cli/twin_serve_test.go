@@ -14,23 +14,9 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
-// freeAddr returns a loopback address with a port free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
 func TestTwinServe(t *testing.T) {
 	t.Parallel()
-	addr := freeAddr(t)
+	addr := testutil.FreeAddr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var out, errb testutil.LockedBuffer

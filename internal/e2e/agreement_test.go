@@ -25,6 +25,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/rules"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 	"github.com/gpuchaos/gpuchaos/internal/twin/live"
 )
@@ -169,7 +170,7 @@ func TestPrometheusAgreesWithCoverage(t *testing.T) {
 	dir := t.TempDir()
 	config := filepath.Join(dir, "prometheus.yml")
 	writeFile(t, config, agreeConfig(paths, runs))
-	promURL := startPrometheus(t, config, filepath.Join(dir, "data"))
+	promURL := testutil.StartPrometheus(t, config, filepath.Join(dir, "data"), 30*time.Second)
 	client := &http.Client{Timeout: 5 * time.Second}
 	t.Cleanup(client.CloseIdleConnections)
 

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -22,9 +21,6 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 	"github.com/gpuchaos/gpuchaos/internal/twin/live"
 )
-
-// prometheusBin is where Debian's package installs the server.
-const prometheusBin = "/usr/bin/prometheus"
 
 // scrapeJob is the job name Prometheus scrapes the twin under.
 const scrapeJob = "gpuchaos-twin"
@@ -104,7 +100,7 @@ func TestPrometheusLiveLoop(t *testing.T) {
 	writeFile(t, rules, alertRules)
 	config := filepath.Join(dir, "prometheus.yml")
 	writeFile(t, config, fmt.Sprintf(prometheusConfig, rules, twinAddr))
-	promURL := startPrometheus(t, config, filepath.Join(dir, "data"))
+	promURL := testutil.StartPrometheus(t, config, filepath.Join(dir, "data"), 30*time.Second)
 	client := &http.Client{}
 	t.Cleanup(client.CloseIdleConnections)
 	api, err := promapi.New(promapi.Options{URL: promURL, Client: client})
@@ -240,68 +236,12 @@ func serveTwin(t *testing.T, r *live.Runner) string {
 	return ln.Addr().String()
 }
 
-// startPrometheus starts the server as a child process on a free loopback
-// port, waits until it is ready and returns its URL. It is killed when the
-// test ends; its log is printed if the test failed.
-func startPrometheus(t *testing.T, config, data string) string {
-	t.Helper()
-	addr := freeAddr(t)
-	logPath := filepath.Join(filepath.Dir(config), "prometheus.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(prometheusBin,
-		"--config.file="+config,
-		"--storage.tsdb.path="+data,
-		"--web.listen-address="+addr,
-		"--log.level=info",
-	)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", prometheusBin, err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		logf.Close()
-		if t.Failed() {
-			b, _ := os.ReadFile(logPath)
-			t.Logf("prometheus log:\n%s", b)
-		}
-	})
-	url := "http://" + addr
-	client := &http.Client{Timeout: 2 * time.Second}
-	defer client.CloseIdleConnections()
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	waitUntil(ctx, t, "Prometheus to be ready", func() (bool, error) {
-		select {
-		case err := <-exited:
-			exited <- err
-			t.Fatalf("prometheus exited before it was ready: %v", err)
-		default:
-		}
-		resp, err := client.Get(url + "/-/ready")
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
-	})
-	return url
-}
-
 // needPrometheus fails the test without Debian's Prometheus server and
 // returns a context that ends after limit, or 10 s before the test's own
 // deadline, whichever is first, so a hang fails with the test's logs.
 func needPrometheus(t *testing.T, limit time.Duration) context.Context {
 	t.Helper()
-	if _, err := os.Stat(prometheusBin); err != nil {
-		t.Fatalf("%s: %v; this test needs the Prometheus server: run scripts/setup-prometheus (as root) to install it from Debian's packages", prometheusBin, err)
-	}
+	testutil.NeedPrometheus(t)
 	ctx, cancel := context.WithTimeout(t.Context(), limit)
 	t.Cleanup(cancel)
 	if dl, ok := t.Deadline(); ok {
@@ -330,16 +270,6 @@ func waitUntil(ctx context.Context, t *testing.T, what string, cond func() (bool
 		}
 		return ok
 	})
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func writeFile(t *testing.T, path, content string) {

@@ -31,12 +31,11 @@ import (
 const within = 90 * time.Second
 
 const (
-	node       = "n1"
-	chaosNS    = "chaos"
-	plainNS    = "plain"
-	leaseNS    = "default"
-	prometheus = "/usr/bin/prometheus"
-	scrapeJob  = "gpuchaos-agent"
+	node      = "n1"
+	chaosNS   = "chaos"
+	plainNS   = "plain"
+	leaseNS   = "default"
+	scrapeJob = "gpuchaos-agent"
 	// xidCode is rarer than the 79 other tests on this machine write to
 	// the same kernel log, so the agent's counter is this test's.
 	xidCode = 119
@@ -139,8 +138,8 @@ type cluster struct {
 func setup(t *testing.T) *cluster {
 	t.Helper()
 	nt.RequireRoot(t)
-	if _, err := os.Stat(prometheus); err != nil {
-		kubetest.Missing(t, fmt.Sprintf("%s: %v; this test needs the Prometheus server: run scripts/setup-prometheus (as root)", prometheus, err))
+	if _, err := os.Stat(testutil.PrometheusBin); err != nil {
+		kubetest.Missing(t, fmt.Sprintf("%s: %v; this test needs the Prometheus server: run scripts/setup-prometheus (as root)", testutil.PrometheusBin, err))
 	}
 	env := kubetest.Start(t, kubetest.Options{CRDs: true})
 	ctx := t.Context()
@@ -169,7 +168,7 @@ func setup(t *testing.T) *cluster {
 	}
 
 	dir := t.TempDir()
-	agentAddr := freeAddr(t)
+	agentAddr := testutil.FreeAddr(t)
 	start(t, "agent", "agent", "--node-name", node, "--kubeconfig", env.Kubeconfig,
 		"--ledger", filepath.Join(dir, "ledger.jsonl"), "--resync", "2s", "--listen", agentAddr,
 		"--twin", "--twin-gpus", "2", "--log-level", "info")
@@ -190,7 +189,7 @@ scrape_configs:
     scrape_timeout: 900ms
     static_configs: [{targets: [%q]}]
 `, scrapeJob, agentAddr))
-	c.promURL = startPrometheus(t, config, filepath.Join(dir, "data"))
+	c.promURL = testutil.StartPrometheus(t, config, filepath.Join(dir, "data"), within)
 	testutil.Eventually(t, within, "Prometheus to scrape the agent", func() bool {
 		return promQuery(t, c.promURL, `up{job="`+scrapeJob+`"} == 1`) > 0
 	})

@@ -6,11 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -529,43 +527,6 @@ func followKmsg(t *testing.T, needle string) *testutil.KmsgLines {
 	return testutil.FollowKmsg(t, needle)
 }
 
-// startPrometheus runs the server on a free loopback port until the test
-// ends and returns its URL once it is ready.
-func startPrometheus(t *testing.T, config, data string) string {
-	t.Helper()
-	addr := freeAddr(t)
-	logf := &testutil.LockedBuffer{}
-	cmd := exec.Command(prometheus, "--config.file="+config, "--storage.tsdb.path="+data, "--web.listen-address="+addr)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", prometheus, err)
-	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		<-exited
-		if t.Failed() {
-			t.Logf("prometheus log:\n%s", logf.String())
-		}
-	})
-	u := "http://" + addr
-	testutil.Eventually(t, within, "Prometheus to be ready", func() bool {
-		select {
-		case <-exited:
-			t.Fatalf("prometheus exited before it was ready:\n%s", logf.String())
-		default:
-		}
-		resp, err := http.Get(u + "/-/ready")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	return u
-}
-
 // promQuery returns how many series an instant query answers.
 func promQuery(t *testing.T, base, q string) int {
 	t.Helper()
@@ -583,16 +544,6 @@ func promQuery(t *testing.T, base, q string) int {
 		return 0
 	}
 	return len(body.Data.Result)
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func writeFile(t *testing.T, path, content string) {
