@@ -314,6 +314,7 @@ const (
 // +kubebuilder:printcolumn:name="Schedule",type=string,JSONPath=`.spec.schedule`
 // +kubebuilder:printcolumn:name="Suspend",type=boolean,JSONPath=`.spec.suspend`
 // +kubebuilder:printcolumn:name="Last",type=date,JSONPath=`.status.lastScheduleTime`
+// +kubebuilder:validation:XValidation:rule="self.metadata.name.size() <= 54",message="metadata.name: at most 54 characters, so that a run's name (the name, a dash and its due minute) stays within the 63 an Experiment may have"
 type Schedule struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

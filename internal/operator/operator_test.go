@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -279,7 +281,30 @@ func testAdmissionRefusals(t *testing.T, env *kubetest.Env, a *agent) {
 			if len(e.Finalizers) != 0 {
 				t.Errorf("finalizers %v on a refused experiment", e.Finalizers)
 			}
+			eventually(t, "a Warning Event "+tt.reason, hasEvent(t, env, e, corev1.EventTypeWarning, tt.reason, c.Message))
 		})
+	}
+}
+
+// hasEvent holds once an events.k8s.io Event about exp has the type,
+// reason and a note containing note, written by the controller.
+func hasEvent(t *testing.T, env *kubetest.Env, exp *v1alpha1.Experiment, typ, reason, note string) func() (bool, string) {
+	return func() (bool, string) {
+		var l eventsv1.EventList
+		if err := env.Client.List(context.Background(), &l, client.InNamespace(exp.Namespace)); err != nil {
+			return false, err.Error()
+		}
+		var seen []string
+		for _, ev := range l.Items {
+			if ev.Regarding.UID != exp.UID {
+				continue
+			}
+			seen = append(seen, ev.Type+" "+ev.Reason+" "+ev.Action+": "+ev.Note)
+			if ev.Type == typ && ev.Reason == reason && strings.Contains(ev.Note, note) && ev.ReportingController == operator.EventSource {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("events about %s: %q", exp.Name, seen)
 	}
 }
 
@@ -325,6 +350,8 @@ func testRunToVerdicts(t *testing.T, env *kubetest.Env, a *agent) {
 			t.Errorf("target %+v, want recovered on node-a with its NodeFault", tg)
 		}
 	}
+	eventually(t, "a Started Event", hasEvent(t, env, e, corev1.EventTypeNormal, "Started", "2 injections on 1 nodes"))
+	eventually(t, "a Succeeded Event", hasEvent(t, env, e, corev1.EventTypeNormal, "Succeeded", "1/1 expectations passed"))
 	for _, ct := range []string{v1alpha1.ConditionAdmitted, v1alpha1.ConditionInjected, v1alpha1.ConditionRecovered} {
 		if !meta.IsStatusConditionTrue(s.Conditions, ct) {
 			t.Errorf("condition %s not True: %+v", ct, s.Conditions)
@@ -510,6 +537,7 @@ func TestTakeover(t *testing.T) {
 	if c == nil || c.Reason != operator.ReasonControllerRestart || c.Status != metav1.ConditionTrue {
 		t.Fatalf("Recovered condition %+v, want True with reason %s", c, operator.ReasonControllerRestart)
 	}
+	eventually(t, "a Warning Event "+operator.ReasonControllerRestart, hasEvent(t, env, e, corev1.EventTypeWarning, operator.ReasonControllerRestart, "not judged"))
 	eventually(t, "clean-up", func() (bool, string) {
 		e, _ := get(t, env, nsChaos, exp.Name)
 		nfs := nodeFaults(t, env, nsChaos, exp.Name)

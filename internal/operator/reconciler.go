@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/retry"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,6 +35,9 @@ type ExperimentReconciler struct {
 	watcher *k8starget.Watcher
 	opts    Options
 	log     *slog.Logger
+	// events are what `kubectl describe experiment` shows: admission,
+	// start, takeover and the end of each run.
+	events events.EventRecorder
 
 	mu   sync.Mutex
 	runs map[types.UID]*run
@@ -71,6 +75,7 @@ func Setup(mgr manager.Manager, opts Options) (*ExperimentReconciler, error) {
 	r := &ExperimentReconciler{
 		client: mgr.GetClient(), api: mgr.GetAPIReader(), watcher: w, opts: opts,
 		log: log.With("component", "experiment-controller"), runs: map[types.UID]*run{},
+		events: mgr.GetEventRecorder(EventSource),
 	}
 	// A NodeFault's change wakes its Experiment, found by its labels.
 	toExperiment := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
@@ -159,6 +164,7 @@ func (r *ExperimentReconciler) Reconcile(ctx context.Context, req reconcile.Requ
 	case exp.Status.Phase == v1alpha1.PhaseRunning || exp.Status.Phase == v1alpha1.PhaseRecovering:
 		return r.takeover(ctx, &exp)
 	case exp.Annotations[v1alpha1.AnnotationAbort] == "true":
+		r.event(&exp, corev1.EventTypeWarning, "Aborted", "Run", "aborted before it started; nothing was injected")
 		return reconcile.Result{}, r.finish(ctx, &exp, v1alpha1.PhaseAborted, metav1.Condition{
 			Type: v1alpha1.ConditionAdmitted, Status: metav1.ConditionFalse, Reason: "Aborted", Message: "aborted before it started; nothing was injected"})
 	}
@@ -233,8 +239,26 @@ func (r *ExperimentReconciler) takeover(ctx context.Context, exp *v1alpha1.Exper
 		}
 		return reconcile.Result{RequeueAfter: requeue}, nil
 	}
+	r.event(exp, corev1.EventTypeWarning, ReasonControllerRestart, "Recover", "the controller restarted mid-run: every NodeFault was recovered and the run was not judged")
 	return reconcile.Result{}, r.finish(ctx, exp, v1alpha1.PhaseFailed, metav1.Condition{Type: v1alpha1.ConditionRecovered, Status: metav1.ConditionTrue,
 		Reason: ReasonControllerRestart, Message: "the controller restarted mid-run: every NodeFault was recovered and the run was not judged"})
+}
+
+// EventSource is the reporting controller of the Events the controller
+// writes.
+const EventSource = "gpuchaos-controller"
+
+// maxNote is under the 1 kB the API server allows an Event's note.
+const maxNote = 1000
+
+// event records a Kubernetes Event about exp. Events are best effort (the
+// recorder drops them when the API server is slow); the status is the
+// record.
+func (r *ExperimentReconciler) event(exp *v1alpha1.Experiment, typ, reason, action, note string) {
+	if len(note) > maxNote {
+		note = note[:maxNote-3] + "..."
+	}
+	r.events.Eventf(exp, nil, typ, reason, action, "%s", note)
 }
 
 // finish writes a final phase with a condition.

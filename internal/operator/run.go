@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -129,6 +131,7 @@ func (r *ExperimentReconciler) admitAndStart(ctx context.Context, stored *v1alph
 	var ref *refusal
 	if errors.As(err, &ref) {
 		r.log.Info("refused", "experiment", client.ObjectKeyFromObject(exp), "reason", ref.reason, "message", ref.msg)
+		r.event(stored, corev1.EventTypeWarning, ref.reason, "Admit", ref.msg)
 		return reconcile.Result{}, r.finish(ctx, stored, v1alpha1.PhaseFailed, metav1.Condition{
 			Type: v1alpha1.ConditionAdmitted, Status: metav1.ConditionFalse, Reason: ref.reason, Message: ref.msg})
 	}
@@ -169,6 +172,7 @@ func (r *ExperimentReconciler) admitAndStart(ctx context.Context, stored *v1alph
 		return reconcile.Result{}, err
 	}
 	r.log.Info("running", "experiment", client.ObjectKeyFromObject(exp), "injections", len(targets), "nodes", nodes)
+	r.event(stored, corev1.EventTypeNormal, "Started", "Run", fmt.Sprintf("%d injections on %d nodes", len(targets), nodes))
 	go r.runExperiment(runCtx, exp, rn)
 	return reconcile.Result{}, nil
 }
@@ -238,6 +242,34 @@ func (r *ExperimentReconciler) runExperiment(ctx context.Context, exp *v1alpha1.
 	if werr != nil {
 		log.Error("final status", "err", werr)
 	}
+	r.event(exp, endEventType(phase), string(phase), "Run", endNote(rec, err, cause))
+}
+
+func endEventType(p v1alpha1.ExperimentPhase) string {
+	if p == v1alpha1.PhaseSucceeded {
+		return corev1.EventTypeNormal
+	}
+	return corev1.EventTypeWarning
+}
+
+// endNote says in one line how a run ended: its expectations, then why it
+// stopped or failed.
+func endNote(rec *engine.Record, err, cause error) string {
+	var parts []string
+	if rec != nil {
+		_, passed := verdicts(rec)
+		parts = append(parts, passed+" expectations passed")
+		if rec.Aborted != "" {
+			parts = append(parts, "aborted: "+rec.Aborted)
+		}
+	}
+	switch {
+	case cause != nil:
+		parts = append(parts, cause.Error())
+	case err != nil:
+		parts = append(parts, err.Error())
+	}
+	return strings.Join(parts, "; ")
 }
 
 func verdicts(rec *engine.Record) ([]v1alpha1.VerdictStatus, string) {

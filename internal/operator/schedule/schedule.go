@@ -11,10 +11,12 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
@@ -68,6 +70,10 @@ type Options struct {
 	// StartingDeadline is how late after its due time a run may still
 	// start; 0 is DefaultStartingDeadline.
 	StartingDeadline time.Duration
+	// Events records what `kubectl describe schedule` shows (runs
+	// started and skipped, a spec that cannot be read); nil records
+	// none. Setup uses the manager's.
+	Events events.EventRecorder
 }
 
 // Reconciler reconciles Schedules. Build it with New.
@@ -76,12 +82,13 @@ type Reconciler struct {
 	scheme   *runtime.Scheme
 	clock    Clock
 	deadline time.Duration
+	events   events.EventRecorder
 }
 
 // New returns a Reconciler that reads and writes through c; scheme must
 // know the gpuchaos kinds (for owner references).
 func New(c client.Client, scheme *runtime.Scheme, opts Options) *Reconciler {
-	r := &Reconciler{client: c, scheme: scheme, clock: opts.Clock, deadline: opts.StartingDeadline}
+	r := &Reconciler{client: c, scheme: scheme, clock: opts.Clock, deadline: opts.StartingDeadline, events: opts.Events}
 	if r.clock == nil {
 		r.clock = realClock{}
 	}
@@ -95,6 +102,9 @@ func New(c client.Client, scheme *runtime.Scheme, opts Options) *Reconciler {
 // Schedules, and a Schedule again whenever an Experiment it owns changes
 // (a run finishing frees Forbid and prunes history).
 func Setup(mgr ctrl.Manager, opts Options) error {
+	if opts.Events == nil {
+		opts.Events = mgr.GetEventRecorder(EventSource)
+	}
 	r := New(mgr.GetClient(), mgr.GetScheme(), opts)
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("schedule").
@@ -204,6 +214,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 			Type: v1alpha1.ScheduleConditionValid, Status: metav1.ConditionFalse,
 			Reason: se.reason, Message: se.msg, ObservedGeneration: sched.Generation,
 		})
+		if !meta.IsStatusConditionFalse(orig.Status.Conditions, v1alpha1.ScheduleConditionValid) {
+			r.event(&sched, corev1.EventTypeWarning, se.reason, "Parse", se.msg)
+		}
 		sched.Status.Active = names(active)
 		// No requeue: only a spec change can fix it, and that is an event.
 		return ctrl.Result{}, r.writeStatus(ctx, orig, &sched)
@@ -226,9 +239,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 		// deadline, as a CronJob's missed run does.
 	case now.Sub(due) > r.deadline:
 		logger.Info("skipping a run found past its starting deadline", "due", due, "deadline", r.deadline)
+		r.event(&sched, corev1.EventTypeWarning, "Skipped", "Run", fmt.Sprintf("the run due at %s was found %s late, past the starting deadline of %s", due.UTC().Format(time.RFC3339), now.Sub(due).Round(time.Second), r.deadline))
 		sched.Status.LastSkippedTime = &metav1.Time{Time: due}
 	case len(active) > 0 && policy(&sched) == v1alpha1.ForbidConcurrent:
 		logger.Info("skipping a run: concurrency policy Forbid and runs are active", "due", due, "active", names(active))
+		r.event(&sched, corev1.EventTypeNormal, "Skipped", "Run", fmt.Sprintf("the run due at %s did not start: concurrency policy Forbid, and %s still running", due.UTC().Format(time.RFC3339), strings.Join(names(active), ", ")))
 		sched.Status.LastSkippedTime = &metav1.Time{Time: due}
 	default:
 		if policy(&sched) == v1alpha1.ReplaceConcurrent {
@@ -237,6 +252,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 					return ctrl.Result{}, fmt.Errorf("replace experiment %s: %w", e.Name, err)
 				}
 				logger.Info("deleted an active run to replace it", "experiment", e.Name)
+				r.event(&sched, corev1.EventTypeNormal, "Replaced", "Run", "deleted the active run "+e.Name+" to start the next (concurrency policy Replace)")
 			}
 			active = nil
 		}
@@ -326,6 +342,15 @@ func (r *Reconciler) prune(ctx context.Context, finished []*v1alpha1.Experiment,
 	return nil
 }
 
+// EventSource is the reporting controller of the Schedule's Events.
+const EventSource = "gpuchaos-schedule"
+
+func (r *Reconciler) event(s *v1alpha1.Schedule, typ, reason, action, note string) {
+	if r.events != nil {
+		r.events.Eventf(s, nil, typ, reason, action, "%s", note)
+	}
+}
+
 // RunName is the name of the run of schedule due at t: the same due time
 // always gives the same name, so a run is never started twice.
 func RunName(schedule string, t time.Time) string {
@@ -353,6 +378,7 @@ func (r *Reconciler) start(ctx context.Context, s *v1alpha1.Schedule, due time.T
 		}
 	} else {
 		log.FromContext(ctx).Info("started a run", "experiment", e.Name, "due", due)
+		r.event(s, corev1.EventTypeNormal, "Started", "Run", fmt.Sprintf("started Experiment %s, due at %s", e.Name, due.UTC().Format(time.RFC3339)))
 	}
 	return e, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -515,6 +516,16 @@ func TestSetupWithManager(t *testing.T) {
 		}
 		return err == nil && slices.Equal(get().Status.Active, []string{run.Name})
 	})
+	testutil.Eventually(t, 60*time.Second, "a Started Event on the Schedule naming "+run.Name, func() bool {
+		var l eventsv1.EventList
+		if err := c.List(ctx, &l, client.InNamespace("default")); err != nil {
+			t.Fatal(err)
+		}
+		return slices.ContainsFunc(l.Items, func(ev eventsv1.Event) bool {
+			return ev.Regarding.UID == s.UID && ev.Reason == "Started" && ev.Type == corev1.EventTypeNormal &&
+				strings.Contains(ev.Note, run.Name) && ev.ReportingController == schedule.EventSource
+		})
+	})
 	e.Status.Phase = v1alpha1.PhaseSucceeded
 	if err := c.Status().Update(ctx, &e); err != nil {
 		t.Fatal(err)
@@ -522,4 +533,33 @@ func TestSetupWithManager(t *testing.T) {
 	testutil.Eventually(t, 60*time.Second, "status.active to empty once the run succeeded", func() bool {
 		return len(get().Status.Active) == 0
 	})
+}
+
+// TestScheduleNameLength: the API server refuses a Schedule whose runs'
+// names would be longer than an Experiment's may be.
+func TestScheduleNameLength(t *testing.T) {
+	env := kubetest.Start(t, kubetest.Options{CRDs: true})
+	for _, tt := range []struct {
+		n  int
+		ok bool
+	}{{54, true}, {55, false}} {
+		s := &v1alpha1.Schedule{
+			ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("s", tt.n), Namespace: "default"},
+			Spec:       v1alpha1.ScheduleSpec{Schedule: "0 3 * * *", Experiment: experimentSpec(t)},
+		}
+		err := env.Client.Create(context.Background(), s)
+		switch {
+		case tt.ok && err != nil:
+			t.Errorf("name of %d: %v", tt.n, err)
+		case !tt.ok && (err == nil || !strings.Contains(err.Error(), "at most 54 characters")):
+			t.Errorf("name of %d: err %v, want the 54-character rule", tt.n, err)
+		}
+		if tt.ok {
+			// The longest name's runs are valid Experiment names.
+			run := schedule.RunName(s.Name, time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC))
+			if len(run) > 63 {
+				t.Errorf("run name %q is %d characters", run, len(run))
+			}
+		}
+	}
 }
