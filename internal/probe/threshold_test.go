@@ -54,7 +54,7 @@ func FuzzThresholdRule(f *testing.F) {
 	f.Add("DCGM_FI_DEV_GPU_TEMP", "Hostname", "gpu-node-0", "gpu", "3", ">", 85.0, false, int64(time.Minute))
 	f.Add("m", "pod", `a"b\c`, "x", "\n\t\x00", "<", -1.5, false, int64(0))
 	f.Add("m", "UUID", "GPU-é\u2028", "l", "\xff\xfe", "!=", math.NaN(), false, int64(0))
-	f.Add("m:rate5m", "a", "}", "b", `"}` + " or vector(1) #", "==", math.Inf(1), false, int64(0))
+	f.Add("m:rate5m", "a", "}", "b", `"}`+" or vector(1) #", "==", math.Inf(1), false, int64(0))
 	f.Add("m", "a", "", "b", "'", ">=", 1e300, true, int64(10*time.Minute))
 	f.Add("m", "a", "{x=~\".*\"}", "b", "`", "<=", 0.0, true, int64(0))
 	f.Add("9m", "a", "v", "b", "w", ">", 1.0, false, int64(0))
