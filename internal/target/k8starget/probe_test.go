@@ -46,9 +46,9 @@ type replay struct {
 	at       *atomic.Int64 // ms
 }
 
-func (r *replay) Now() time.Time                         { return time.UnixMilli(r.at.Load()) }
+func (r *replay) Now() time.Time                        { return time.UnixMilli(r.at.Load()) }
 func (r *replay) Select(metric string) []*series.Series { return r.byMetric[metric] }
-func (r *replay) Logs() []series.LogLine                 { return nil }
+func (r *replay) Logs() []series.LogLine                { return nil }
 
 // history is a fleet of two nodes with two GPUs each, as the agent
 // exports it, over 40 minutes, with faults in it:
