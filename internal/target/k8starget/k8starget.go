@@ -212,7 +212,7 @@ const xidInstead = "detector dcgm-xid-errors, or a prometheus probe on the XID s
 // ruleProbe evaluates rule on the configured Prometheus server.
 func (t *Target) ruleProbe(name, what string, rule *rules.Rule) (probe.Probe, error) {
 	if t.opts.Prometheus == "" {
-		return nil, fmt.Errorf("probe %s: a %s on k8s is evaluated on the cluster's Prometheus, and none is configured: set the controller's --prometheus (chart value controller.prometheus) or gpuchaos run --prometheus", name, what)
+		return nil, fmt.Errorf("probe %s: a %s on k8s is evaluated on the cluster's Prometheus, and none is configured: set the controller's --prometheus (chart value controller.prometheus)", name, what)
 	}
 	c, err := promapi.New(promapi.Options{URL: t.opts.Prometheus, Client: t.opts.HTTP})
 	if err != nil {
