@@ -66,11 +66,11 @@ func FromSpec(name string, spec v1alpha1.ProbeSpec, src Source) (Probe, error) {
 // target asks need not understand. Label values are quoted by the PromQL
 // printer, so any value round-trips.
 func ThresholdRule(name string, th v1alpha1.ThresholdProbe) (*rules.Rule, error) {
-	if !model.IsValidLegacyMetricName(th.Metric) {
+	if !model.LegacyValidation.IsValidMetricName(th.Metric) {
 		return nil, fmt.Errorf("probe %q: threshold metric %q is not a Prometheus metric name", name, th.Metric)
 	}
 	for k := range th.Labels {
-		if !model.LabelName(k).IsValidLegacy() || strings.HasPrefix(k, "__") {
+		if !model.LegacyValidation.IsValidLabelName(k) || strings.HasPrefix(k, "__") {
 			return nil, fmt.Errorf("probe %q: threshold label %q is not a Prometheus label name (or is reserved, starting with __)", name, k)
 		}
 	}
