@@ -75,7 +75,11 @@ k8s hands the experiment to the cluster: the command creates the Experiment
 (in a namespace labelled gpuchaos.dev/chaos=enabled), the gpuchaos
 controller installed by the Helm chart plans it, creates one NodeFault per
 node and injection, the node agents apply them, and the command follows the
-Experiment's status and prints its timeline and verdicts. Ctrl-C aborts the
+Experiment's status and prints its timeline and verdicts. Its probes are
+kubernetes checks, prometheus probes, and the built-in detectors and
+threshold probes, whose rules the controller evaluates on its --prometheus;
+kernel-log probes are refused (the dcgm-xid-errors detector reads the
+agents' XID series instead). Ctrl-C aborts the
 experiment through the API and waits until the controller has recovered
 every fault. With --dry-run it lists the nodes and GPUs of the live cluster
 the experiment would touch.
