@@ -2,9 +2,9 @@
 // cluster's nodes and training jobs' pods, its injections are NodeFault
 // objects that node agents (or the controller's own NodeFault reconciler,
 // for API mechanisms) apply and acknowledge, and its probes ask Prometheus
-// (detectors and threshold probes included) or the API server. The controller (internal/operator) builds one per
-// Experiment with New; `gpuchaos run --target k8s` opens one from a
-// kubeconfig.
+// (the built-in detectors and threshold probes included) or the API
+// server. The controller (internal/operator) builds one per Experiment with
+// New; `gpuchaos run --target k8s` opens one from a kubeconfig.
 package k8starget
 
 import (
@@ -163,7 +163,8 @@ func (t *Target) Close() error {
 // on a cluster the series the local target scrapes from one node's
 // exporter are in Prometheus, scraped from every node's agent. Log probes
 // and the kmsg-xid detector read one node's kernel log, which Prometheus
-// does not hold; workload probes read a job's own pages.
+// does not hold; workload probes read a job's own pages, which this target
+// does not scrape.
 func (t *Target) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, error) {
 	switch {
 	case spec.Prometheus != nil:
@@ -200,7 +201,7 @@ func (t *Target) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, error
 	case spec.Log != nil:
 		return nil, fmt.Errorf("probe %s: log probes read one node's kernel log, which is not in Prometheus; on k8s use %s", name, xidInstead)
 	case spec.Workload != nil:
-		return nil, fmt.Errorf("probe %s: workload probes scrape the training job's own metrics pages, which the k8s target does not; use a prometheus probe on the job's series", name)
+		return nil, fmt.Errorf("probe %s: workload probes judge a job on its own scraped pages, which the k8s target does not read; use a prometheus probe on the job's series", name)
 	}
 	return nil, fmt.Errorf("probe %s defines nothing: set detector, threshold, prometheus or kubernetes", name)
 }
