@@ -75,7 +75,11 @@ k8s hands the experiment to the cluster: the command creates the Experiment
 (in a namespace labelled gpuchaos.dev/chaos=enabled), the gpuchaos
 controller installed by the Helm chart plans it, creates one NodeFault per
 node and injection, the node agents apply them, and the command follows the
-Experiment's status and prints its timeline and verdicts. Ctrl-C aborts the
+Experiment's status and prints its timeline and verdicts. Its probes are
+kubernetes checks, prometheus probes, and the built-in detectors and
+threshold probes, whose rules the controller evaluates on its --prometheus;
+kernel-log probes are refused (the dcgm-xid-errors detector reads the
+agents' XID series instead). Ctrl-C aborts the
 experiment through the API and waits until the controller has recovered
 every fault. With --dry-run it lists the nodes and GPUs of the live cluster
 the experiment would touch.
@@ -192,7 +196,7 @@ on a bad file or flag.`,
 	cmd.Flags().StringVar(&kubeconfig, "kubeconfig", "", "k8s: kubeconfig of the cluster (default $KUBECONFIG, ~/.kube/config, then in-cluster)")
 	cmd.Flags().StringVarP(&namespace, "namespace", "n", "", "k8s: namespace of the Experiment (default the file's, else the kubeconfig context's); it must carry the label "+v1alpha1.LabelChaos+"="+v1alpha1.ChaosEnabled)
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:9400", "live: where to serve the twin's /metrics")
-	cmd.Flags().StringVar(&promURL, "prometheus", "http://127.0.0.1:9090", "live, local: the Prometheus that prometheus probes ask")
+	cmd.Flags().StringVar(&promURL, "prometheus", "http://127.0.0.1:9090", "live, local: the Prometheus that prometheus probes ask (on k8s the controller's --prometheus, chart value controller.prometheus, answers prometheus, detector and threshold probes)")
 	cmd.Flags().StringVar(&ledgerPath, "ledger", "", "local: injection journal (default "+rootLedger+" as root, else $XDG_STATE_HOME/gpuchaos/ledger.jsonl, ~/.local/state without it)")
 	cmd.Flags().StringSliceVar(&local.exporters, "exporter", []string{localtarget.DefaultExporter}, "local: /metrics pages threshold probes and built-in detectors read, scraped as Prometheus would (a gpuchaos agent or dcgm-exporter; repeat for a job's ranks and supervisor)")
 	cmd.Flags().StringSliceVar(&local.jobs, "job", nil, "local: a training job on this node, found by its ranks' GPUCHAOS_JOB (gpuchaos workload run sets it), for job and rank faults and workload checks; repeatable")

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -60,7 +61,10 @@ func cluster(t testing.TB) *kubetest.Env {
 // prometheus stands in for a Prometheus scraping the nodes' exporters:
 // every instant query is answered with the number of NodeFaults the agents
 // report applied, so an expectation "xid > 0" holds once a fault is in
-// effect and not before.
+// effect and not before; a range query (a detector's rule, evaluated on
+// the server) is answered, while one is applied, with node-a's GPU 0
+// reporting XID 79 at every step, else with nothing. (The detectors'
+// evaluation on a real server is internal/target/k8starget's test.)
 func prometheus(t testing.TB, env *kubetest.Env) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var l v1alpha1.NodeFaultList
@@ -75,6 +79,21 @@ func prometheus(t testing.TB, env *kubetest.Env) string {
 			}
 		}
 		w.Header().Set("Content-Type", "application/json")
+		if strings.HasSuffix(r.URL.Path, "/query_range") {
+			start, _ := strconv.ParseFloat(r.FormValue("start"), 64)
+			end, _ := strconv.ParseFloat(r.FormValue("end"), 64)
+			step, _ := strconv.ParseFloat(r.FormValue("step"), 64)
+			var values []string
+			for ts := start; n > 0 && step > 0 && ts <= end; ts += step {
+				values = append(values, fmt.Sprintf(`[%.3f,"79"]`, ts))
+			}
+			result := ""
+			if len(values) > 0 {
+				result = `{"metric":{"__name__":"DCGM_FI_DEV_XID_ERRORS","Hostname":"node-a","gpu":"0","UUID":"GPU-node-a-0"},"values":[` + strings.Join(values, ",") + `]}`
+			}
+			fmt.Fprintf(w, `{"status":"success","data":{"resultType":"matrix","result":[%s]}}`, result)
+			return
+		}
 		fmt.Fprintf(w, `{"status":"success","data":{"resultType":"vector","result":[{"metric":{"__name__":"xid"},"value":[%d,"%d"]}]}}`, time.Now().Unix(), n)
 	}))
 	t.Cleanup(srv.Close)
@@ -254,10 +273,14 @@ func testAdmissionRefusals(t *testing.T, env *kubetest.Env, a *agent) {
 	unknown.Spec.Faults[0].ID = "hardware.no-such-fault"
 	nothing := experiment(nsChaos, "matches-nothing", 3*time.Second)
 	nothing.Spec.Selector.NodeSelector = map[string]string{"pool": "a100"}
+	logProbe := experiment(nsChaos, "log-probe", 3*time.Second, "node-a")
+	logProbe.Spec.Expectations = []v1alpha1.Expectation{{Name: "xid-line", Within: v1alpha1.Duration{Duration: time.Minute},
+		Probe: &v1alpha1.ProbeSpec{Log: &v1alpha1.LogProbe{Pattern: "NVRM: Xid"}}}}
 	tests := []struct {
 		exp    *v1alpha1.Experiment
 		reason string
 	}{
+		{logProbe, operator.ReasonProbe},
 		{experiment(nsPlain, "no-opt-in", 3*time.Second, "node-a"), operator.ReasonNotOptedIn},
 		{experiment(nsChaos, "over-blast-radius", 3*time.Second, "node-a", "node-b"), operator.ReasonBlastRadius},
 		{unknown, operator.ReasonInvalidSpec},
@@ -374,6 +397,62 @@ func testRunToVerdicts(t *testing.T, env *kubetest.Env, a *agent) {
 
 // TestFailedApply: an agent reporting Failed fails the run with its
 // message, and what was created is recovered all the same.
+// testDetector: a built-in detector is admitted when the controller has
+// a Prometheus server, and its rule, evaluated there, detects the fault
+// on the injected GPU.
+func testDetector(t *testing.T, env *kubetest.Env, a *agent) {
+	// Evaluations are every 15 s: a fault held 20 s spans one.
+	exp := experiment(nsChaos, "xid-detector", 20*time.Second, "node-a")
+	exp.Spec.Expectations = []v1alpha1.Expectation{{Detector: "dcgm-xid-errors", Within: v1alpha1.Duration{Duration: time.Minute}}}
+	if err := env.Client.Create(context.Background(), exp); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "succeeded", phaseIs(t, env, nsChaos, exp.Name, v1alpha1.PhaseSucceeded))
+	e, _ := get(t, env, nsChaos, exp.Name)
+	if c := meta.FindStatusCondition(e.Status.Conditions, v1alpha1.ConditionAdmitted); c == nil || c.Status != metav1.ConditionTrue {
+		t.Errorf("Admitted condition %+v, want True", c)
+	}
+	if s := e.Status; s.Passed != "1/1" || len(s.Verdicts) != 1 || s.Verdicts[0].Detector != "dcgm-xid-errors" || !s.Verdicts[0].Passed {
+		t.Errorf("verdicts %+v, passed %q; want dcgm-xid-errors passed, 1/1", s.Verdicts, s.Passed)
+	}
+	eventually(t, "clean-up", func() (bool, string) {
+		nfs := nodeFaults(t, env, nsChaos, exp.Name)
+		return len(nfs) == 0 || allRecovered(nfs), fmt.Sprintf("%d NodeFaults", len(nfs))
+	})
+}
+
+func allRecovered(nfs []v1alpha1.NodeFault) bool {
+	for _, nf := range nfs {
+		if nf.Status.Phase != v1alpha1.NodeFaultRecovered {
+			return false
+		}
+	}
+	return true
+}
+
+// TestAdmissionWithoutPrometheus: a controller given no --prometheus
+// refuses detector and threshold probes, saying how to give it one.
+func TestAdmissionWithoutPrometheus(t *testing.T) {
+	env := cluster(t)
+	startAgent(t, env)
+	startController(t, env, "")
+	exp := experiment(nsChaos, "no-server", 3*time.Second, "node-a")
+	exp.Spec.Expectations = []v1alpha1.Expectation{{Detector: "dcgm-xid-errors", Within: v1alpha1.Duration{Duration: time.Minute}}}
+	if err := env.Client.Create(context.Background(), exp); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "refused", phaseIs(t, env, nsChaos, exp.Name, v1alpha1.PhaseFailed))
+	e, _ := get(t, env, nsChaos, exp.Name)
+	c := meta.FindStatusCondition(e.Status.Conditions, v1alpha1.ConditionAdmitted)
+	if c == nil || c.Status != metav1.ConditionFalse || c.Reason != operator.ReasonProbe ||
+		!strings.Contains(c.Message, "none is configured") || !strings.Contains(c.Message, "controller.prometheus") {
+		t.Fatalf("Admitted condition %+v, want False, %s, saying to configure the controller's Prometheus", c, operator.ReasonProbe)
+	}
+	if nfs := nodeFaults(t, env, nsChaos, exp.Name); len(nfs) != 0 {
+		t.Errorf("%d NodeFaults created for a refused experiment", len(nfs))
+	}
+}
+
 func testFailedApply(t *testing.T, env *kubetest.Env, a *agent) {
 	a.failApply.Store(true)
 	defer a.failApply.Store(false)
@@ -493,6 +572,7 @@ func TestExperiments(t *testing.T) {
 	}{
 		{"admission refusals", testAdmissionRefusals},
 		{"run to verdicts", testRunToVerdicts},
+		{"detector on the cluster's Prometheus", testDetector},
 		{"failed apply", testFailedApply},
 		{"abort annotation", testAbortAnnotation},
 		{"delete mid-run", testDeleteMidRun},

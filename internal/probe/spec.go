@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/common/model"
@@ -31,7 +32,7 @@ func FromSpec(name string, spec v1alpha1.ProbeSpec, src Source) (Probe, error) {
 		}
 		return p, nil
 	case spec.Threshold != nil:
-		r, err := thresholdRule(name, *spec.Threshold)
+		r, err := ThresholdRule(name, *spec.Threshold)
 		if err != nil {
 			return nil, err
 		}
@@ -56,11 +57,23 @@ func FromSpec(name string, spec v1alpha1.ProbeSpec, src Source) (Probe, error) {
 	return nil, fmt.Errorf("probe %q defines nothing: set detector, threshold, log, prometheus, workload or kubernetes", name)
 }
 
-// thresholdRule writes a threshold probe as the alerting rule it is:
+// ThresholdRule writes a threshold probe as the alerting rule it is:
 // `metric{labels} OP value` with for: For, or, for an absent probe,
 // absent_over_time(metric{labels}[For]) (absent(metric{labels}), the 5m
-// lookback with staleness, when For is under a second).
-func thresholdRule(name string, th v1alpha1.ThresholdProbe) (*rules.Rule, error) {
+// lookback with staleness, when For is under a second). Names must be
+// Prometheus' classic ones ([a-zA-Z_:][a-zA-Z0-9_:]* for metrics): the
+// quoted form of other names is Prometheus 3's, which the servers the k8s
+// target asks need not understand. Label values are quoted by the PromQL
+// printer, so any value round-trips.
+func ThresholdRule(name string, th v1alpha1.ThresholdProbe) (*rules.Rule, error) {
+	if !model.LegacyValidation.IsValidMetricName(th.Metric) {
+		return nil, fmt.Errorf("probe %q: threshold metric %q is not a Prometheus metric name", name, th.Metric)
+	}
+	for k := range th.Labels {
+		if !model.LegacyValidation.IsValidLabelName(k) || strings.HasPrefix(k, "__") {
+			return nil, fmt.Errorf("probe %q: threshold label %q is not a Prometheus label name (or is reserved, starting with __)", name, k)
+		}
+	}
 	ms := []*labels.Matcher{labels.MustNewMatcher(labels.MatchEqual, model.MetricNameLabel, th.Metric)}
 	for _, k := range slices.Sorted(maps.Keys(th.Labels)) {
 		ms = append(ms, labels.MustNewMatcher(labels.MatchEqual, k, th.Labels[k]))

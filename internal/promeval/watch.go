@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/prometheus/prometheus/model/labels"
+
 	"github.com/gpuchaos/gpuchaos/internal/rules"
 	"github.com/gpuchaos/gpuchaos/internal/series"
 )
@@ -64,15 +66,21 @@ func (w *Watch) Advance(ctx context.Context, to time.Time) ([]FiringAlert, error
 	if err := w.ev.advance(ctx, to); err != nil {
 		return nil, err
 	}
+	return w.rs.firing(), nil
+}
+
+// firing returns the alerts of an alerting rule firing after its last
+// evaluation, by labels.
+func (rs *ruleState) firing() []FiringAlert {
 	var out []FiringAlert
 	// The active map is keyed by the labels' strings: its sorted keys
 	// order the alerts by labels.
-	for _, k := range slices.Sorted(maps.Keys(w.rs.active)) {
-		if a := w.rs.active[k]; a.firing {
+	for _, k := range slices.Sorted(maps.Keys(rs.active)) {
+		if a := rs.active[k]; a.firing {
 			out = append(out, FiringAlert{Labels: a.alert.Labels, Value: a.value})
 		}
 	}
-	return out, nil
+	return out
 }
 
 // Err returns the rule's failed evaluations so far, or nil.
@@ -81,4 +89,54 @@ func (w *Watch) Err() error {
 		return nil
 	}
 	return w.rs.err
+}
+
+// Alerts is Prometheus' alert state machine (the for: and keep_firing_for
+// clocks) for one alerting rule whose expression is evaluated elsewhere: a
+// Prometheus server's answers (internal/probe/promapi evaluates the
+// built-in detectors on the server that holds a cluster's series). Fed the
+// same evaluations, it fires exactly when a Watch does, since both run the
+// same code. It is not safe for concurrent use.
+type Alerts struct{ rs *ruleState }
+
+// Element is one element of an evaluation's result: its labels (with or
+// without __name__) and value.
+type Element struct {
+	Labels labels.Labels
+	Value  float64
+}
+
+// NewAlerts returns the state machine of rule, which must be an alerting
+// rule.
+func NewAlerts(rule *rules.Rule) (*Alerts, error) {
+	if rule == nil || rule.Kind != rules.KindAlert {
+		return nil, fmt.Errorf("alert state: want an alerting rule")
+	}
+	return &Alerts{rs: &ruleState{rule: rule, run: true, active: map[string]*alertState{}, alerts: map[string]*Alert{}}}, nil
+}
+
+// Step applies one evaluation of the rule at ts. Evaluations must come in
+// time order. An evaluation that maps two elements to one alert's labels
+// fails, as in Prometheus, and changes nothing.
+func (a *Alerts) Step(ts time.Time, elems []Element) {
+	items := make([]item, len(elems))
+	for i, e := range elems {
+		items[i] = item{a.rs.output(e.Labels), e.Value}
+	}
+	a.rs.apply(ts.UnixMilli(), items, true)
+}
+
+// Fail records an evaluation at ts that could not run: like a failed
+// evaluation in Prometheus, it changes no alert's state.
+func (a *Alerts) Fail(ts time.Time, err error) { a.rs.fail(ts.UnixMilli(), err) }
+
+// Firing returns the alerts firing after the last evaluation, by labels.
+func (a *Alerts) Firing() []FiringAlert { return a.rs.firing() }
+
+// Err returns the failed evaluations so far, or nil.
+func (a *Alerts) Err() error {
+	if a.rs.err == nil {
+		return nil
+	}
+	return a.rs.err
 }

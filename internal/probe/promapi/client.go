@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -122,12 +123,66 @@ func (c *Client) Query(ctx context.Context, query string) ([]Sample, error) {
 }
 
 func (c *Client) query(ctx context.Context, query string) ([]Sample, error) {
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
-	form := url.Values{"query": {query}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base.JoinPath("api/v1/query").String(), strings.NewReader(form.Encode()))
+	d, err := c.post(ctx, "api/v1/query", url.Values{"query": {query}})
 	if err != nil {
 		return nil, err
+	}
+	return decodeResult(d)
+}
+
+// QueryAt evaluates an instant query at ts, as a rule evaluation at ts
+// does; results are as Query's.
+func (c *Client) QueryAt(ctx context.Context, query string, ts time.Time) ([]Sample, error) {
+	d, err := c.post(ctx, "api/v1/query", url.Values{"query": {query}, "time": {apiTime(ts)}})
+	if err == nil {
+		var out []Sample
+		if out, err = decodeResult(d); err == nil {
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("prometheus %s: query %s at %s: %w", c.URL(), query, ts.UTC().Format(time.RFC3339), err)
+}
+
+// Series is one element of a range query's result.
+type Series struct {
+	Labels map[string]string
+	Points []Point
+}
+
+// Point is one value of a range query's result series.
+type Point struct {
+	// T is the evaluation timestamp, in milliseconds since the epoch.
+	T int64
+	V float64
+}
+
+// QueryRange evaluates query at start, start+step, … up to end, as
+// /api/v1/query_range does: each step's values are those of the instant
+// query at that time. Errors are as Query's.
+func (c *Client) QueryRange(ctx context.Context, query string, start, end time.Time, step time.Duration) ([]Series, error) {
+	form := url.Values{"query": {query}, "start": {apiTime(start)}, "end": {apiTime(end)}, "step": {strconv.FormatFloat(step.Seconds(), 'f', -1, 64)}}
+	d, err := c.post(ctx, "api/v1/query_range", form)
+	if err == nil {
+		var out []Series
+		if out, err = decodeMatrix(d); err == nil {
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("prometheus %s: query_range %s from %s to %s: %w", c.URL(), query, start.UTC().Format(time.RFC3339), end.UTC().Format(time.RFC3339), err)
+}
+
+// apiTime writes t as the API's Unix seconds with milliseconds.
+func apiTime(t time.Time) string {
+	return strconv.FormatFloat(float64(t.UnixMilli())/1000, 'f', 3, 64)
+}
+
+// post sends one form to an API endpoint and returns the answer's data.
+func (c *Client) post(ctx context.Context, path string, form url.Values) (queryData, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base.JoinPath(path).String(), strings.NewReader(form.Encode()))
+	if err != nil {
+		return queryData{}, err
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Accept", "application/json")
@@ -136,36 +191,92 @@ func (c *Client) query(ctx context.Context, query string) ([]Sample, error) {
 		// The transport's error already names the method and URL.
 		var ue *url.Error
 		if errors.As(err, &ue) {
-			return nil, ue.Err
+			return queryData{}, ue.Err
 		}
-		return nil, err
+		return queryData{}, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("read answer: %w", err)
+		return queryData{}, fmt.Errorf("read answer: %w", err)
 	}
 	if len(body) > maxResponseBytes {
-		return nil, fmt.Errorf("answer larger than %d MiB", maxResponseBytes>>20)
+		return queryData{}, fmt.Errorf("answer larger than %d MiB", maxResponseBytes>>20)
 	}
-	return decodeBody(resp.StatusCode, body)
+	return decodeEnvelope(resp.StatusCode, body)
 }
 
 // decodeBody reads the API's JSON envelope of an instant query.
 func decodeBody(status int, body []byte) ([]Sample, error) {
+	d, err := decodeEnvelope(status, body)
+	if err != nil {
+		return nil, err
+	}
+	return decodeResult(d)
+}
+
+// decodeEnvelope reads the API's JSON envelope.
+func decodeEnvelope(status int, body []byte) (queryData, error) {
 	var r response
 	if err := json.Unmarshal(body, &r); err != nil || r.Status == "" {
 		// Not the API: a proxy's page, a wrong path, another server.
-		return nil, &Error{Status: status, Message: "not a Prometheus API answer: " + snippet(body)}
+		return queryData{}, &Error{Status: status, Message: "not a Prometheus API answer: " + snippet(body)}
 	}
 	if r.Status != "success" {
-		return nil, &Error{Status: status, Type: r.ErrorType, Message: r.Error}
+		return queryData{}, &Error{Status: status, Type: r.ErrorType, Message: r.Error}
 	}
 	var d queryData
 	if err := json.Unmarshal(r.Data, &d); err != nil {
-		return nil, fmt.Errorf("decode answer: %w", err)
+		return queryData{}, fmt.Errorf("decode answer: %w", err)
 	}
-	return decodeResult(d)
+	return d, nil
+}
+
+type matrixElem struct {
+	Metric map[string]string    `json:"metric"`
+	Values [][2]json.RawMessage `json:"values"`
+}
+
+// decodeMatrix turns the result of a range query into series. A range
+// query always answers a matrix, whatever the expression's type.
+func decodeMatrix(d queryData) ([]Series, error) {
+	if d.ResultType != "matrix" {
+		return nil, fmt.Errorf("a range query answered a %q, not a matrix", d.ResultType)
+	}
+	var elems []matrixElem
+	if err := json.Unmarshal(d.Result, &elems); err != nil {
+		return nil, fmt.Errorf("decode matrix: %w", err)
+	}
+	out := make([]Series, 0, len(elems))
+	for _, e := range elems {
+		s := Series{Labels: e.Metric, Points: make([]Point, 0, len(e.Values))}
+		if s.Labels == nil {
+			s.Labels = map[string]string{}
+		}
+		for _, pair := range e.Values {
+			ts, err := sampleTime(pair[0])
+			if err != nil {
+				return nil, fmt.Errorf("decode matrix series %v: %w", e.Metric, err)
+			}
+			v, err := sampleValue(pair)
+			if err != nil {
+				return nil, fmt.Errorf("decode matrix series %v: %w", e.Metric, err)
+			}
+			s.Points = append(s.Points, Point{T: ts, V: v})
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// sampleTime reads the API's Unix seconds (with up to three decimals) as
+// milliseconds.
+func sampleTime(raw json.RawMessage) (int64, error) {
+	var f float64
+	if err := json.Unmarshal(raw, &f); err != nil || math.IsNaN(f) || math.IsInf(f, 0) || math.Abs(f) > 1e15 {
+		return 0, fmt.Errorf("timestamp %s is not a number of seconds", raw)
+	}
+	return int64(math.Round(f * 1000)), nil
 }
 
 // decodeResult turns the result of an instant query into samples.

@@ -2,9 +2,9 @@
 // cluster's nodes and training jobs' pods, its injections are NodeFault
 // objects that node agents (or the controller's own NodeFault reconciler,
 // for API mechanisms) apply and acknowledge, and its probes ask Prometheus
-// or the API server. The controller (internal/operator) builds one per
-// Experiment with New; `gpuchaos run --target k8s` opens one from a
-// kubeconfig.
+// (the built-in detectors and threshold probes included) or the API
+// server. The controller (internal/operator) builds one per Experiment with
+// New; `gpuchaos run --target k8s` opens one from a kubeconfig.
 package k8starget
 
 import (
@@ -34,6 +34,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/probe"
 	"github.com/gpuchaos/gpuchaos/internal/probe/promapi"
+	"github.com/gpuchaos/gpuchaos/internal/rules"
 	"github.com/gpuchaos/gpuchaos/internal/target"
 	"github.com/gpuchaos/gpuchaos/internal/tick"
 )
@@ -89,6 +90,10 @@ type Target struct {
 	// the first was: the scope of the kubernetes probes.
 	touched map[string]bool
 	began   time.Time
+
+	// ruleClock is the clock of the detector and threshold probes; nil is
+	// the wall clock. Tests replay a server's history through it.
+	ruleClock func() time.Time
 }
 
 // New returns the target of one Experiment run by a process that already
@@ -152,9 +157,14 @@ func (t *Target) Close() error {
 	return nil
 }
 
-// Probe builds prometheus probes against the configured server and
-// kubernetes probes through NewKubeProbe; other kinds read a node's files
-// or exporter, which only an agent on that node could.
+// Probe builds prometheus probes against the configured server, kubernetes
+// probes through kubeprobe, and detector and threshold probes as their
+// alerting rules evaluated on the configured server (promapi.RuleProbe):
+// on a cluster the series the local target scrapes from one node's
+// exporter are in Prometheus, scraped from every node's agent. Log probes
+// and the kmsg-xid detector read one node's kernel log, which Prometheus
+// does not hold; workload probes read a job's own pages, which this target
+// does not scrape.
 func (t *Target) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, error) {
 	switch {
 	case spec.Prometheus != nil:
@@ -170,8 +180,50 @@ func (t *Target) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, error
 			return nil, err
 		}
 		return &scoped{t: t, name: name, spec: ks}, nil
+	case spec.Detector != "":
+		d, ok := probe.LookupDetector(spec.Detector)
+		if !ok {
+			return nil, fmt.Errorf("detector %q is not a built-in detector", spec.Detector)
+		}
+		if name == "" {
+			name = d.Name
+		}
+		if d.AlertRule() == nil {
+			return nil, fmt.Errorf("probe %s: detector %s reads one node's kernel log, which is not in Prometheus; on k8s use %s", name, d.Name, xidInstead)
+		}
+		return t.ruleProbe(name, "detector "+d.Name, d.AlertRule())
+	case spec.Threshold != nil:
+		r, err := probe.ThresholdRule(name, *spec.Threshold)
+		if err != nil {
+			return nil, err
+		}
+		return t.ruleProbe(name, "threshold probe", r)
+	case spec.Log != nil:
+		return nil, fmt.Errorf("probe %s: log probes read one node's kernel log, which is not in Prometheus; on k8s use %s", name, xidInstead)
+	case spec.Workload != nil:
+		return nil, fmt.Errorf("probe %s: workload probes judge a job on its own scraped pages, which the k8s target does not read; use a prometheus probe on the job's series", name)
 	}
-	return nil, fmt.Errorf("probe %s: the k8s target runs prometheus and kubernetes probes only (detectors, log and threshold probes read one node's files and exporter)", name)
+	return nil, fmt.Errorf("probe %s defines nothing: set detector, threshold, prometheus or kubernetes", name)
+}
+
+// xidInstead is what a kernel-log probe becomes on a cluster: the agent
+// turns XID lines into series.
+const xidInstead = "detector dcgm-xid-errors, or a prometheus probe on the XID series the agent exports (DCGM_FI_DEV_XID_ERRORS, gpuchaos_xid_events_total)"
+
+// ruleProbe evaluates rule on the configured Prometheus server.
+func (t *Target) ruleProbe(name, what string, rule *rules.Rule) (probe.Probe, error) {
+	if t.opts.Prometheus == "" {
+		return nil, fmt.Errorf("probe %s: a %s on k8s is evaluated on the cluster's Prometheus, and none is configured: set the controller's --prometheus (chart value controller.prometheus)", name, what)
+	}
+	c, err := promapi.New(promapi.Options{URL: t.opts.Prometheus, Client: t.opts.HTTP})
+	if err != nil {
+		return nil, fmt.Errorf("probe %s: %w", name, err)
+	}
+	clock := t.ruleClock
+	if clock == nil {
+		clock = t.Now
+	}
+	return c.Rule(name, rule, clock)
 }
 
 // scoped is a kubernetes probe over the nodes the run has created
