@@ -58,6 +58,11 @@ const (
 	LabelExperimentNamespace = "gpuchaos.dev/experiment-namespace"
 	// LabelNode on a NodeFault is its node, so an agent lists only its own.
 	LabelNode = "gpuchaos.dev/node"
+	// LabelInjection on a NodeFault names the engine injection it carries
+	// part of (k8starget.NodeFaultName of the Experiment's uid and the
+	// injection key): one injection aimed at pods makes a NodeFault per
+	// pod, and a controller that did not make them finds them all by it.
+	LabelInjection = "gpuchaos.dev/injection"
 	// LabelSchedule on an Experiment names the Schedule that made it.
 	LabelSchedule = "gpuchaos.dev/schedule"
 	// FinalizerRecover holds an Experiment or a NodeFault until its
@@ -147,7 +152,10 @@ const MaxStatusEvents = 200
 
 // PlannedTarget is one injection of an experiment on one node.
 type PlannedTarget struct {
-	// NodeFault is the name of the NodeFault that carries it.
+	// NodeFault is the gpuchaos.dev/injection label of the NodeFaults
+	// that carry it: the name of the one NodeFault of a gpu, rank or
+	// plain node injection; an injection the target aims at pods (a
+	// network fault narrowed to jobs, a job fault) makes one per pod.
 	NodeFault string `json:"nodeFault"`
 	Node      string `json:"node"`
 	Fault     string `json:"fault"`
@@ -243,7 +251,10 @@ type NodeFaultSpec struct {
 
 // NodeFaultTarget is the inventory reference the fault acts on.
 type NodeFaultTarget struct {
-	// Kind is node, gpu or rank (the fault's scope).
+	// Kind is node, gpu, rank or job (the fault's scope). A node fault
+	// with PodUID acts in that pod's network namespace instead of the
+	// node's; a job fault always names one pod of the job (Job, Pod,
+	// PodUID) and acts from it, one NodeFault per pod it reaches.
 	// +kubebuilder:validation:Enum=node;gpu;rank;job
 	Kind string `json:"kind"`
 	// GPU is the GPU index on the node (gpu, rank); UUID when known.

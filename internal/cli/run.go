@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	// Every target kind registers itself: --target opens one by name.
 	"context"
 	"errors"
@@ -121,6 +122,7 @@ on a bad file or flag.`,
 				Prometheus: promURL, Ledger: ledgerPath, Exporters: local.exporters, Jobs: local.jobs,
 				ScrapeInterval: local.scrapeInterval, TraceLib: local.traceLib, TracePIDs: local.tracePIDs,
 				DryRun: dryRun, Notes: notes, Warn: cmd.ErrOrStderr(), Logger: logger(cmd), Kubeconfig: kubeconfig,
+				Namespace: cmp.Or(namespace, exp.Namespace),
 			}
 			if target.Kind(targetName) == target.Local && cfg.Ledger == "" && !dryRun {
 				if cfg.Ledger, err = defaultLedger(); err != nil {
@@ -143,10 +145,20 @@ on a bad file or flag.`,
 				return locate(exp, args[0], err)
 			}
 			if dryRun {
+				pods, err := podsReached(tgt, exp, plan)
+				if err != nil {
+					return locate(exp, args[0], err)
+				}
 				if f == "json" {
+					if pods != nil {
+						return writeJSON(out, plannedPods{plan, pods})
+					}
 					return writeJSON(out, plan)
 				}
-				return printPlan(out, plan)
+				if err := printPlan(out, plan); err != nil {
+					return err
+				}
+				return printPods(out, plan, pods)
 			}
 			if err := tgt.Prepare(cmd.Context()); err != nil {
 				return failed(err)

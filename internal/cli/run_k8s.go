@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,7 +17,10 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/engine"
+	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/kubeclient"
+	"github.com/gpuchaos/gpuchaos/internal/target"
+	"github.com/gpuchaos/gpuchaos/internal/target/k8starget"
 )
 
 // clusterRun is `run --target k8s` without --dry-run: the controller in
@@ -199,4 +204,68 @@ func StatusRecord(exp *v1alpha1.Experiment) *engine.Record {
 		rec.Err = errors.New(msg)
 	}
 	return rec
+}
+
+// aimer is a target that aims injections at pods (k8s): a network fault
+// narrowed to jobs goes into their pods, a job fault into some or all of
+// the job's pods, so the plan's targets alone do not say what is reached.
+type aimer interface {
+	Aims(sel v1alpha1.Selector, fault, mech string, ref inventory.Ref) ([]k8starget.Aim, error)
+}
+
+var _ aimer = (*k8starget.Target)(nil)
+
+// podsReached lists, by injection key, the pods each injection of the plan
+// would act in; nil on a target that does not aim at pods. An injection
+// the target could not aim fails the dry run as it would fail the run.
+func podsReached(tgt target.Target, exp *v1alpha1.Experiment, plan *engine.Plan) (map[string][]k8starget.Aim, error) {
+	a, ok := tgt.(aimer)
+	if !ok {
+		return nil, nil
+	}
+	out := map[string][]k8starget.Aim{}
+	for _, in := range plan.Injections {
+		aims, err := a.Aims(exp.Spec.Selector, in.Fault, in.Mechanism, in.Ref)
+		if err != nil {
+			return nil, fmt.Errorf("%s on %s: %w", in.Fault, in.Ref.Key(), err)
+		}
+		if slices.ContainsFunc(aims, func(a k8starget.Aim) bool { return a.Pod != "" }) {
+			out[in.Key] = aims
+		}
+	}
+	return out, nil
+}
+
+// plannedPods is a k8s dry run's JSON: the plan and the pods reached.
+type plannedPods struct {
+	*engine.Plan
+	Pods map[string][]k8starget.Aim `json:"pods"`
+}
+
+// printPods follows the plan's table with the pods each injection acts
+// in, one line per injection that reaches pods.
+func printPods(w io.Writer, plan *engine.Plan, pods map[string][]k8starget.Aim) error {
+	if len(pods) == 0 {
+		return nil
+	}
+	if _, err := fmt.Fprintln(w, "Pods reached:"); err != nil {
+		return err
+	}
+	for _, in := range plan.Injections {
+		aims, ok := pods[in.Key]
+		if !ok {
+			continue
+		}
+		each := make([]string, len(aims))
+		for i, a := range aims {
+			each[i] = a.Pod + " on " + a.Node
+			if a.Rank != nil {
+				each[i] += fmt.Sprintf(" (%s rank %d)", a.Job, *a.Rank)
+			}
+		}
+		if _, err := fmt.Fprintf(w, "  %s on %s: %s\n", in.Fault, in.Ref.Key(), strings.Join(each, ", ")); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -312,6 +312,24 @@ func (m *matcher) runsSelectedRank(node string, gpu int) bool {
 	return false
 }
 
+// runsSelectedCPURank reports whether a selected rank without a GPU of
+// its own runs on node. On Kubernetes every rank is such a rank (the API
+// does not say which GPU the device plugin gave a pod), so without this a
+// node-scope fault narrowed by jobs or ranks would match no node there.
+func (m *matcher) runsSelectedCPURank(node string) bool {
+	if !m.jobsNarrow() {
+		return false
+	}
+	for _, j := range m.inv.Jobs {
+		for _, r := range j.Ranks {
+			if r.Node == node && r.GPU == NoGPU && m.rankOK(j.Name, r) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 func (m *matcher) gpus() []Ref {
 	var refs []Ref
 	for i := range m.inv.Nodes {
@@ -333,7 +351,7 @@ func (m *matcher) nodes() []Ref {
 		if !m.nodeOK(n) {
 			continue
 		}
-		if narrow && !slices.ContainsFunc(n.GPUs, func(g GPU) bool { return m.gpuOK(n, g) }) {
+		if narrow && !slices.ContainsFunc(n.GPUs, func(g GPU) bool { return m.gpuOK(n, g) }) && !m.runsSelectedCPURank(n.Name) {
 			continue
 		}
 		refs = append(refs, Ref{Kind: catalog.ScopeNode, Node: n.Name})

@@ -113,6 +113,43 @@ func TestSelectScopes(t *testing.T) {
 	}
 }
 
+// TestSelectNodesOfCPURanks: on Kubernetes no rank has a GPU index (the
+// API does not say which GPU a pod got), yet a node-scope fault narrowed
+// by jobs or ranks must reach the nodes those ranks run on, and only them.
+func TestSelectNodesOfCPURanks(t *testing.T) {
+	t.Parallel()
+	inv := Inventory{
+		Nodes: []Node{{Name: "n1", GPUs: []GPU{{Index: 0}}}, {Name: "n2"}, {Name: "n3", GPUs: []GPU{{Index: 0}}}},
+		Jobs: []Job{{Name: "llm", Ranks: []Rank{{Rank: 0, Node: "n1", GPU: NoGPU}, {Rank: 1, Node: "n1", GPU: NoGPU}, {Rank: 2, Node: "n2", GPU: NoGPU}}},
+			{Name: "other", Ranks: []Rank{{Rank: 0, Node: "n3", GPU: NoGPU}}}},
+	}
+	tests := []struct {
+		name string
+		sel  v1alpha1.Selector
+		want string
+	}{
+		{"a job's nodes", v1alpha1.Selector{Jobs: []string{"llm"}}, "n1 n2"},
+		{"a rank's node", v1alpha1.Selector{Jobs: []string{"llm"}, Ranks: []int{2}}, "n2"},
+		{"ranks of any job", v1alpha1.Selector{Ranks: []int{0}}, "n1 n3"},
+		{"a job and a node", v1alpha1.Selector{Jobs: []string{"llm"}, Nodes: []string{"n2"}}, "n2"},
+	}
+	for _, tc := range tests {
+		tc.sel.Mode = v1alpha1.ModeAll
+		refs, err := Select(inv, tc.sel, catalog.ScopeNode, 1)
+		if err != nil {
+			t.Errorf("%s: Select: %v", tc.name, err)
+			continue
+		}
+		if got := short(refs); got != tc.want {
+			t.Errorf("%s: Select\n got: %s\nwant: %s", tc.name, got, tc.want)
+		}
+	}
+	// A selector naming GPUs cannot mean a rank without one.
+	if refs, err := Select(inv, v1alpha1.Selector{Mode: v1alpha1.ModeAll, Jobs: []string{"llm"}, GPUs: []string{"0"}}, catalog.ScopeNode, 1); err == nil {
+		t.Errorf("jobs and GPUs over CPU ranks selected %s, want no node", short(refs))
+	}
+}
+
 // TestSelectRankRefIsFilled: an injector for a rank fault needs the GPU's
 // identity without another inventory lookup.
 func TestSelectRankRefIsFilled(t *testing.T) {

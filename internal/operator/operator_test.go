@@ -560,6 +560,64 @@ func testDeleteMidRun(t *testing.T, env *kubetest.Env, a *agent) {
 	})
 }
 
+// testPodFanOut: a network fault narrowed to a job makes a NodeFault per
+// pod of the job, and the status follows each injection through all of
+// its NodeFaults.
+func testPodFanOut(t *testing.T, env *kubetest.Env, a *agent) {
+	ctx := context.Background()
+	uids := map[string]bool{}
+	for i, node := range []string{"node-a", "node-a", "node-b"} {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: nsChaos, Name: fmt.Sprintf("net-worker-%d", i), Labels: map[string]string{
+				"training.kubeflow.org/job-name": "net", "training.kubeflow.org/replica-type": "worker", "training.kubeflow.org/replica-index": fmt.Sprint(i)}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "train"}}},
+		}
+		if err := env.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		uids[string(p.UID)] = true
+	}
+	exp := experiment(nsChaos, "net-pods", 2*time.Second)
+	exp.Spec.Selector = v1alpha1.Selector{Mode: v1alpha1.ModeAll, Jobs: []string{"net"}}
+	exp.Spec.BlastRadius.MaxNodes = 2
+	exp.Spec.Faults = []v1alpha1.FaultSpec{{ID: "network.delay", Mechanism: "netem", Params: map[string]v1alpha1.ParamValue{"delay": "10ms"}}}
+	if err := env.Client.Create(ctx, exp); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a NodeFault per pod applied", func() (bool, string) {
+		nfs := nodeFaults(t, env, nsChaos, exp.Name)
+		n := 0
+		for _, nf := range nfs {
+			if nf.Status.Phase == v1alpha1.NodeFaultApplied && uids[nf.Spec.Target.PodUID] && nf.Spec.Target.Kind == "node" && nf.Spec.Target.Job == "net" {
+				n++
+			}
+		}
+		e, _ := get(t, env, nsChaos, exp.Name)
+		return n == 3, fmt.Sprintf("%d of %d applied in a pod of net; phase %s, conditions %+v", n, len(nfs), e.Status.Phase, e.Status.Conditions)
+	})
+	eventually(t, "succeeded", phaseIs(t, env, nsChaos, exp.Name, v1alpha1.PhaseSucceeded))
+	e, _ := get(t, env, nsChaos, exp.Name)
+	s := e.Status
+	if len(s.Targets) != 2 || s.PlannedNodes != 2 {
+		t.Fatalf("targets %+v, planned nodes %d; want one per node on 2 nodes", s.Targets, s.PlannedNodes)
+	}
+	for _, tg := range s.Targets {
+		if tg.Phase != v1alpha1.NodeFaultRecovered {
+			t.Errorf("target %+v, want recovered through all its NodeFaults", tg)
+		}
+	}
+	for _, ct := range []string{v1alpha1.ConditionInjected, v1alpha1.ConditionRecovered} {
+		if !meta.IsStatusConditionTrue(s.Conditions, ct) {
+			t.Errorf("condition %s not True: %+v", ct, s.Conditions)
+		}
+	}
+	eventually(t, "clean-up", func() (bool, string) {
+		e, _ := get(t, env, nsChaos, exp.Name)
+		nfs := nodeFaults(t, env, nsChaos, exp.Name)
+		return len(nfs) == 0 && len(e.Finalizers) == 0, fmt.Sprintf("%d NodeFaults, finalizers %v", len(nfs), e.Finalizers)
+	})
+}
+
 // TestExperiments runs experiments through one controller and one
 // simulated agent on one API server.
 func TestExperiments(t *testing.T) {
@@ -576,6 +634,7 @@ func TestExperiments(t *testing.T) {
 		{"failed apply", testFailedApply},
 		{"abort annotation", testAbortAnnotation},
 		{"delete mid-run", testDeleteMidRun},
+		{"network fault on a job's pods", testPodFanOut},
 	} {
 		t.Run(tt.name, func(t *testing.T) { tt.test(t, env, a) })
 	}

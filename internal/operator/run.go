@@ -1,6 +1,7 @@
 package operator
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -367,9 +368,16 @@ func (p *reporter) flush(ctx context.Context, more func(*v1alpha1.ExperimentStat
 		v1alpha1.LabelExperiment: p.exp.Name, v1alpha1.LabelExperimentNamespace: p.exp.Namespace}); err != nil {
 		return err
 	}
+	// An injection aimed at pods has a NodeFault per pod, all with its
+	// label: it is as far on as the least advanced of them, and Failed if
+	// one failed.
 	phases := map[string]v1alpha1.NodeFaultPhase{}
 	for _, nf := range nfs.Items {
-		phases[nf.Name] = nf.Status.Phase
+		k := cmp.Or(nf.Labels[v1alpha1.LabelInjection], nf.Name)
+		ph, seen := phases[k]
+		if !seen || phaseOrder(nf.Status.Phase) < phaseOrder(ph) {
+			phases[k] = nf.Status.Phase
+		}
 	}
 	p.mu.Lock()
 	evs, dropped := p.pending, p.dropped
@@ -412,4 +420,18 @@ func (p *reporter) flush(ctx context.Context, more func(*v1alpha1.ExperimentStat
 			more(s)
 		}
 	})
+}
+
+// phaseOrder ranks NodeFault phases from the least advanced: a failure
+// first, then not yet applied, applied, recovered.
+func phaseOrder(p v1alpha1.NodeFaultPhase) int {
+	switch p {
+	case v1alpha1.NodeFaultFailed:
+		return 0
+	case v1alpha1.NodeFaultApplied:
+		return 2
+	case v1alpha1.NodeFaultRecovered:
+		return 3
+	}
+	return 1
 }

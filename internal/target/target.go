@@ -129,6 +129,10 @@ type Config struct {
 	// the in-cluster config, else $KUBECONFIG or ~/.kube/config as
 	// kubectl finds them.
 	Kubeconfig string
+	// Namespace is the Experiment's (k8s): its jobs are named bare in
+	// selectors, other namespaces' as namespace/name, as the controller
+	// names them. Empty takes the kubeconfig context's.
+	Namespace string
 }
 
 // Opener opens a target of one kind.

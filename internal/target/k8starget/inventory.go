@@ -45,9 +45,9 @@ const (
 	labelCompletionIndex = "batch.kubernetes.io/job-completion-index"
 )
 
-// PodRef is the pod that runs one rank.
+// PodRef is the pod that runs one rank, and the node it runs on.
 type PodRef struct {
-	Namespace, Name, UID string
+	Namespace, Name, UID, Node string
 }
 
 // readInventory lists the cluster's nodes and the ranks of the training
@@ -91,7 +91,7 @@ func readInventory(ctx context.Context, r client.Reader, ns string) (inventory.I
 			jobs[name] = j
 		}
 		j.Ranks = append(j.Ranks, inventory.Rank{Rank: p.rank, Node: p.pod.Spec.NodeName, GPU: inventory.NoGPU})
-		refs[rankKey(name, p.rank)] = PodRef{Namespace: p.pod.Namespace, Name: p.pod.Name, UID: string(p.pod.UID)}
+		refs[rankKey(name, p.rank)] = PodRef{Namespace: p.pod.Namespace, Name: p.pod.Name, UID: string(p.pod.UID), Node: p.pod.Spec.NodeName}
 	}
 	for _, j := range jobs {
 		slices.SortFunc(j.Ranks, func(a, b inventory.Rank) int { return cmp.Compare(a.Rank, b.Rank) })

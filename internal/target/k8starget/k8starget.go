@@ -86,6 +86,11 @@ type Target struct {
 
 	mu   sync.Mutex
 	pods map[string]PodRef // job/rank → pod, from the last inventory
+	jobs []inventory.Job   // from the last inventory, ranks sorted
+	// sent are the names of the NodeFaults each injection key was given,
+	// recorded before they are created: Recover in this process asks
+	// them all, including one whose Create failed or that was deleted.
+	sent map[string][]string
 	// touched are the nodes NodeFaults were created on, and began when
 	// the first was: the scope of the kubernetes probes.
 	touched map[string]bool
@@ -135,7 +140,7 @@ func (t *Target) Inventory(ctx context.Context) (inventory.Inventory, error) {
 		return inv, err
 	}
 	t.mu.Lock()
-	t.pods = pods
+	t.pods, t.jobs = pods, inv.Jobs
 	t.mu.Unlock()
 	return inv, nil
 }
@@ -283,73 +288,98 @@ type injector struct {
 	m *catalog.Mechanism
 }
 
-// nodeFault builds the NodeFault of one injection.
-func (in *injector) nodeFault(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) (*v1alpha1.NodeFault, error) {
+// nodeFaults builds the NodeFaults of one injection, one per place it
+// acts (see aims). Each carries the injection's label; a NodeFault aimed
+// at a pod the target chose is named after the key and the pod's uid, so
+// names stay stable across a repeated Inject and within 253 characters.
+func (in *injector) nodeFaults(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) ([]*v1alpha1.NodeFault, error) {
 	t := in.t
 	exp := t.opts.Experiment
-	if ref.Node == "" {
-		return nil, fmt.Errorf("%s names no node: the k8s target injects on nodes", ref.Key())
+	aims, fanned, err := t.aims(exp.Spec.Selector, in.f, in.m, ref)
+	if err != nil {
+		return nil, err
 	}
 	expires, ok := fault.HoldUntil(ctx)
 	if !ok {
 		expires = t.Now().Add(exp.Spec.Duration.Duration + max(t.opts.RecoveryWindow, 0))
 	}
 	expires = expires.Add(t.opts.Grace)
-	tgt := v1alpha1.NodeFaultTarget{Kind: string(ref.Kind), UUID: ref.UUID, Key: ref.Key()}
-	switch ref.Kind {
-	case catalog.ScopeGPU:
-		g := ref.GPU
-		tgt.GPU = &g
-	case catalog.ScopeRank:
-		r := ref.Rank
-		tgt.Job, tgt.Rank = ref.Job, &r
-		if ref.GPU != inventory.NoGPU {
-			g := ref.GPU
-			tgt.GPU = &g
-		}
-		t.mu.Lock()
-		p, ok := t.pods[rankKey(ref.Job, ref.Rank)]
-		t.mu.Unlock()
-		if !ok {
-			return nil, fmt.Errorf("%s: no pod runs this rank", ref.Key())
-		}
-		tgt.Pod, tgt.PodUID = p.Namespace+"/"+p.Name, p.UID
-	case catalog.ScopeJob:
-		tgt.Job = ref.Job
-	}
 	params := map[string]string{}
 	for _, p := range in.f.Params {
 		params[p.Name] = fmt.Sprint(v[p.Name])
 	}
-	return &v1alpha1.NodeFault{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: NodeFaultName(exp.UID, key),
-			Labels: map[string]string{
-				v1alpha1.LabelNode:                ref.Node,
-				v1alpha1.LabelExperiment:          exp.Name,
-				v1alpha1.LabelExperimentNamespace: exp.Namespace,
+	injection := NodeFaultName(exp.UID, key)
+	out := make([]*v1alpha1.NodeFault, 0, len(aims))
+	for _, a := range aims {
+		tgt := v1alpha1.NodeFaultTarget{Kind: string(ref.Kind), UUID: ref.UUID, Key: ref.Key(), Job: a.Job, Pod: a.Pod, PodUID: a.PodUID}
+		switch ref.Kind {
+		case catalog.ScopeGPU:
+			g := ref.GPU
+			tgt.GPU = &g
+		case catalog.ScopeRank:
+			r := ref.Rank
+			tgt.Rank = &r
+			if ref.GPU != inventory.NoGPU {
+				g := ref.GPU
+				tgt.GPU = &g
+			}
+		}
+		name := injection
+		if fanned {
+			name = NodeFaultName(exp.UID, key+"|"+a.PodUID)
+		}
+		out = append(out, &v1alpha1.NodeFault{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: name,
+				Labels: map[string]string{
+					v1alpha1.LabelNode:                a.Node,
+					v1alpha1.LabelExperiment:          exp.Name,
+					v1alpha1.LabelExperimentNamespace: exp.Namespace,
+					v1alpha1.LabelInjection:           injection,
+				},
 			},
-		},
-		Spec: v1alpha1.NodeFaultSpec{
-			NodeName: ref.Node, Fault: in.f.ID, Mechanism: in.m.Name, Params: params,
-			Target: tgt, Action: v1alpha1.ActionApply, ExpiresAt: metav1.NewTime(expires.UTC().Truncate(time.Second)),
-		},
-	}, nil
+			Spec: v1alpha1.NodeFaultSpec{
+				NodeName: a.Node, Fault: in.f.ID, Mechanism: in.m.Name, Params: maps.Clone(params),
+				Target: tgt, Action: v1alpha1.ActionApply, ExpiresAt: metav1.NewTime(expires.UTC().Truncate(time.Second)),
+			},
+		})
+	}
+	return out, nil
 }
 
-// Inject creates the NodeFault (once: an existing one is the same
-// injection) and waits until whoever applies it reports Applied.
+// Inject creates the injection's NodeFaults (once: an existing one is the
+// same injection) and waits until whoever applies them reports every one
+// Applied. The first to fail fails the injection, and the engine's Recover
+// then undoes those that applied.
 func (in *injector) Inject(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) error {
-	nf, err := in.nodeFault(ctx, key, ref, v)
+	nfs, err := in.nodeFaults(ctx, key, ref, v)
 	if err != nil {
 		return err
 	}
-	in.t.mu.Lock()
-	if in.t.touched == nil {
-		in.t.touched, in.t.began = map[string]bool{}, in.t.Now()
+	t := in.t
+	t.mu.Lock()
+	if t.touched == nil {
+		t.touched, t.began = map[string]bool{}, t.Now()
 	}
-	in.t.touched[ref.Node] = true
-	in.t.mu.Unlock()
+	if t.sent == nil {
+		t.sent = map[string][]string{}
+	}
+	names := t.sent[key]
+	for _, nf := range nfs {
+		t.touched[nf.Spec.NodeName] = true
+		if !slices.Contains(names, nf.Name) {
+			names = append(names, nf.Name)
+		}
+	}
+	t.sent[key] = names
+	t.mu.Unlock()
+	_, first := each(ctx, t.opts.Concurrency, len(nfs), true, func(ctx context.Context, i int) error {
+		return in.injectOne(ctx, nfs[i])
+	})
+	return first
+}
+
+func (in *injector) injectOne(ctx context.Context, nf *v1alpha1.NodeFault) error {
 	if err := in.t.opts.Client.Create(ctx, nf); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create NodeFault %s: %w", nf.Name, err)
 	}
@@ -365,12 +395,63 @@ func (in *injector) Inject(ctx context.Context, key string, ref inventory.Ref, v
 		case v1alpha1.NodeFaultApplied:
 			return true, nil
 		case v1alpha1.NodeFaultFailed:
-			return false, fmt.Errorf("NodeFault %s on node %s failed: %s", name, nf.Spec.NodeName, agentSays(nf))
+			return false, fmt.Errorf("NodeFault %s on node %s%s failed: %s", name, nf.Spec.NodeName, inPod(nf), agentSays(nf))
 		case v1alpha1.NodeFaultRecovered:
-			return false, fmt.Errorf("NodeFault %s on node %s recovered before it was reported applied: %s", name, nf.Spec.NodeName, agentSays(nf))
+			return false, fmt.Errorf("NodeFault %s on node %s%s recovered before it was reported applied: %s", name, nf.Spec.NodeName, inPod(nf), agentSays(nf))
 		}
 		return false, nil
 	})
+}
+
+func inPod(nf *v1alpha1.NodeFault) string {
+	if nf.Spec.Target.Pod == "" {
+		return ""
+	}
+	return " (pod " + nf.Spec.Target.Pod + ")"
+}
+
+// each calls fn for 0..n-1, at most limit at once, and returns each
+// call's error and the one that came first. With stop, the first error
+// cancels the context of the calls still running and starts no more, so
+// it is the one that says why.
+func each(ctx context.Context, limit, n int, stop bool, fn func(context.Context, int) error) (errs []error, first error) {
+	errs = make([]error, n)
+	if n == 1 {
+		errs[0] = fn(ctx, 0)
+		return errs, errs[0]
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+	)
+	sem := make(chan struct{}, max(limit, 1))
+	for i := range n {
+		sem <- struct{}{}
+		mu.Lock()
+		quit := stop && first != nil
+		mu.Unlock()
+		if quit {
+			<-sem
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			err := fn(ctx, i)
+			mu.Lock()
+			defer mu.Unlock()
+			errs[i] = err
+			if err != nil && first == nil {
+				first = err
+				if stop {
+					cancel()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errs, first
 }
 
 func agentSays(nf *v1alpha1.NodeFault) string {
@@ -384,16 +465,85 @@ func agentSays(nf *v1alpha1.NodeFault) string {
 	return msg
 }
 
-// Recover asks for the NodeFault to be undone and waits until it is
-// reported Recovered. A NodeFault that does not exist was never created
-// (nothing to undo) or was deleted: that counts as recovered only when it
-// was seen Recovered before it went; deleted while applied, nobody can say
-// whether its agent undid it, so the injection stays pending
-// (fault.ErrUnproven). A Failed report under Recover is the agent saying
-// it could not undo it: pending too.
+// Recover asks for each of the injection's NodeFaults to be undone and
+// waits until every one is reported Recovered. A NodeFault that does not
+// exist was never created (nothing to undo) or was deleted: that counts
+// as recovered only when it was seen Recovered before it went; deleted
+// while applied, nobody can say whether its agent undid it, so the
+// injection stays pending (fault.ErrUnproven). A Failed report under
+// Recover is the agent saying it could not undo it: pending too.
+//
+// The NodeFaults are those this process's Inject made for key or, in a
+// process that did not inject it (a controller taking over a run), those
+// labelled with the injection, read from the API server.
 func (in *injector) Recover(ctx context.Context, key string) error {
+	names, err := in.names(ctx, key)
+	if err != nil {
+		return err
+	}
+	errs, _ := each(ctx, in.t.opts.Concurrency, len(names), false, func(ctx context.Context, i int) error {
+		return in.recoverOne(ctx, names[i])
+	})
+	var bad []error
+	for _, err := range errs {
+		if err != nil {
+			bad = append(bad, err)
+		}
+	}
+	switch len(bad) {
+	case 0:
+		return nil
+	case 1:
+		return bad[0]
+	}
+	return &recoverErrors{n: len(names), errs: bad}
+}
+
+// recoverErrors are the failures of an injection's NodeFaults to recover,
+// on one line.
+type recoverErrors struct {
+	n    int
+	errs []error
+}
+
+func (e *recoverErrors) Error() string {
+	msgs := make([]string, len(e.errs))
+	for i, err := range e.errs {
+		msgs[i] = err.Error()
+	}
+	return fmt.Sprintf("%d of %d NodeFaults not recovered: %s", len(e.errs), e.n, strings.Join(msgs, "; "))
+}
+
+func (e *recoverErrors) Unwrap() []error { return e.errs }
+
+// names are the NodeFaults of injection key.
+func (in *injector) names(ctx context.Context, key string) ([]string, error) {
 	t := in.t
-	name := NodeFaultName(t.opts.Experiment.UID, key)
+	t.mu.Lock()
+	names, ok := t.sent[key]
+	t.mu.Unlock()
+	if ok {
+		return slices.Clone(names), nil
+	}
+	injection := NodeFaultName(t.opts.Experiment.UID, key)
+	var list v1alpha1.NodeFaultList
+	if err := t.opts.Reader.List(ctx, &list, client.MatchingLabels{v1alpha1.LabelInjection: injection}); err != nil {
+		return nil, fmt.Errorf("list NodeFaults of injection %s: %w", key, err)
+	}
+	for _, nf := range list.Items {
+		names = append(names, nf.Name)
+	}
+	if len(names) == 0 {
+		// None, or one made before NodeFaults carried the label: its
+		// name is the injection's.
+		names = []string{injection}
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+func (in *injector) recoverOne(ctx context.Context, name string) error {
+	t := in.t
 	var nf v1alpha1.NodeFault
 	err := t.opts.Reader.Get(ctx, client.ObjectKey{Name: name}, &nf)
 	if apierrors.IsNotFound(err) {
@@ -425,7 +575,7 @@ func (in *injector) Recover(ctx context.Context, key string) error {
 			return true, nil
 		case v1alpha1.NodeFaultFailed:
 			if nf.Status.ObservedGeneration >= gen {
-				return false, fmt.Errorf("NodeFault %s on node %s could not be recovered: %s: %w", name, nf.Spec.NodeName, agentSays(nf), fault.ErrUnproven)
+				return false, fmt.Errorf("NodeFault %s on node %s%s could not be recovered: %s: %w", name, nf.Spec.NodeName, inPod(nf), agentSays(nf), fault.ErrUnproven)
 			}
 		}
 		return false, nil

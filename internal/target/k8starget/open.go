@@ -1,6 +1,7 @@
 package k8starget
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -38,9 +39,9 @@ func RESTConfig(kubeconfig string) (*rest.Config, error) {
 // starts its own NodeFault cache, and names its NodeFaults after a run
 // uid of its own, since no Experiment object exists in the cluster.
 func open(ctx context.Context, cfg target.Config) (target.Target, error) {
-	rc, err := RESTConfig(cfg.Kubeconfig)
+	rc, ns, err := kubeclient.Config(cfg.Kubeconfig)
 	if err != nil {
-		return nil, err
+		return nil, &target.ConfigError{Field: "--kubeconfig", Err: err}
 	}
 	scheme := Scheme()
 	c, err := client.New(rc, client.Options{Scheme: scheme})
@@ -49,6 +50,7 @@ func open(ctx context.Context, cfg target.Config) (target.Target, error) {
 	}
 	exp := &v1alpha1.Experiment{}
 	exp.UID = types.UID(uuid.NewUUID())
+	exp.Namespace = cmp.Or(cfg.Namespace, ns)
 	t, err := New(Options{Client: c, Watcher: &Watcher{}, Experiment: exp, Prometheus: cfg.Prometheus, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
