@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault/ckptpodtest"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
@@ -44,6 +45,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	ckptpodtest.Main()
 	switch os.Getenv(roleEnv) {
 	case "writer":
 		os.Exit(writer(os.Getenv(dirEnv)))

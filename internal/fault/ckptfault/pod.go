@@ -211,19 +211,45 @@ func reachPod(st *state, inject bool) (func(), error) {
 	return release, nil
 }
 
-// hostMountinfo is the node's mount table: pid 1's, which the agent sees
-// with hostPID.
-const hostMountinfo = "/proc/1/mountinfo"
+// nodeViews are where the node's mounts are looked for when no process
+// of the pod reaches the directory: pid 1's mount table and root (the
+// node's, seen with hostPID), then this process's own, for an agent that
+// may not look into pid 1's root (no CAP_SYS_PTRACE) but shares the
+// node's mount namespace or has the kubelet's volumes mounted into its own.
+var nodeViews = []struct{ table, root string }{
+	{"/proc/1/mountinfo", "/proc/1/root"},
+	{"/proc/self/mountinfo", "/"},
+}
 
-// reachDevice opens a mount of st.Pod.Dev from the node's mount table,
-// through pid 1's root.
+// reachDevice opens a mount of st.Pod.Dev from the node's mount table.
 func reachDevice(st *state) (func(), error) {
-	f, err := os.Open(hostMountinfo)
+	want := devName(st.Pod.Dev)
+	var errs []error
+	for _, v := range nodeViews {
+		d, err := mountOf(v.table, v.root, want, st.Pod.Dev)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		st.access, st.handleOnly = "/proc/self/fd/"+strconv.Itoa(int(d.Fd())), true
+		return func() { d.Close() }, nil
+	}
+	return nil, errors.Join(errs...)
+}
+
+// mountOf opens, through root, the mount point of the first mount of
+// device dev (MAJ:MIN want) in table.
+func mountOf(table, root, want string, dev uint64) (*os.File, error) {
+	f, err := os.Open(table)
 	if err != nil {
-		return nil, fmt.Errorf("read the node's mount table: %w", err)
+		return nil, fmt.Errorf("read the mount table: %w", err)
 	}
 	defer f.Close()
-	want := fmt.Sprintf("%d:%d", unix.Major(st.Pod.Dev), unix.Minor(st.Pod.Dev))
+	rfd, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", root, err)
+	}
+	defer unix.Close(rfd)
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 0, 4096), 1<<20)
 	for sc.Scan() {
@@ -235,27 +261,21 @@ func reachDevice(st *state) (func(), error) {
 		if err != nil {
 			continue
 		}
-		root, err := unix.Open("/proc/1/root", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, fmt.Errorf("the node's root: %w", err)
-		}
-		d, err := openat2Dir(root, m.Point, "the node")
-		unix.Close(root)
+		d, err := openat2Dir(rfd, m.Point, "the node")
 		if err != nil {
 			continue
 		}
 		var s unix.Stat_t
-		if unix.Fstat(int(d.Fd()), &s) != nil || s.Dev != st.Pod.Dev {
+		if unix.Fstat(int(d.Fd()), &s) != nil || s.Dev != dev {
 			d.Close()
 			continue
 		}
-		st.access, st.handleOnly = "/proc/self/fd/"+strconv.Itoa(int(d.Fd())), true
-		return func() { d.Close() }, nil
+		return d, nil
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read the node's mount table: %w", err)
+		return nil, fmt.Errorf("read %s: %w", table, err)
 	}
-	return nil, fmt.Errorf("device %s is mounted nowhere on the node (%s): a volume detached with the pod may still hold the change", want, hostMountinfo)
+	return nil, fmt.Errorf("device %s is mounted nowhere in %s: a volume detached from the node with the pod may still hold the change", want, table)
 }
 
 func devName(d uint64) string { return fmt.Sprintf("%d:%d", unix.Major(d), unix.Minor(d)) }
