@@ -78,7 +78,8 @@ func enter(root, src string) error {
 }
 
 // write writes ckpt-STEP.pt as a training job does: to ckpt-STEP.pt.tmp,
-// a 4 KiB chunk every few milliseconds, synced, then renamed.
+// a 4 KiB chunk every few milliseconds, synced, then renamed; it exits
+// on the first failure.
 func write(dir string) int {
 	chunk := make([]byte, 4096)
 	for step := 1; ; step++ {
@@ -97,6 +98,8 @@ func write(dir string) int {
 		if f.Sync() != nil || f.Close() != nil || os.Rename(final+".tmp", final) != nil {
 			return 1
 		}
+		// Keep the last two, as a job does, so the volume never fills.
+		_ = os.Remove(filepath.Join(dir, fmt.Sprintf("ckpt-%d.pt", step-2)))
 		time.Sleep(20 * time.Millisecond)
 	}
 }
