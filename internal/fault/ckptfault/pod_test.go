@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault/ckptpodtest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
@@ -326,5 +328,33 @@ func TestPodSlowRecoverProofs(t *testing.T) {
 	}
 	for _, l := range ls {
 		_ = l.write(l.Prev)
+	}
+}
+
+// With the pod's process gone and its volume no longer mounted anywhere
+// on the node (a PersistentVolume detached with the pod), nothing can
+// look at the filler or the checkpoint: Recover says so (ErrUnproven)
+// and keeps the records, rather than claim the fault undone or gone.
+func TestPodRecoverUnprovenWithTheVolumeDetached(t *testing.T) {
+	fx := newPodFixture(t, "sleep")
+	corrupt, fill := newInjector(t, idCorrupt, ""), newInjector(t, idFill, "")
+	if err := corrupt.Inject(fx.ctx, "c", jobRef("llm"), faulttest.Values(t, idCorrupt, nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := fill.Inject(fx.ctx, "f", jobRef("llm"), faulttest.Values(t, idFill, map[string]string{"free": "2MiB"})); err != nil {
+		t.Fatal(err)
+	}
+	fx.ctr.Kill()
+	if err := unix.Unmount(fx.host, unix.MNT_DETACH); err != nil {
+		t.Fatal(err)
+	}
+	for key, in := range map[string]*Injector{"c": corrupt, "f": fill} {
+		err := in.Recover(context.Background(), key)
+		if !errors.Is(err, fault.ErrUnproven) || errors.Is(err, fault.ErrTargetGone) || !strings.Contains(err.Error(), "mounted nowhere") {
+			t.Errorf("%s: Recover %v, want ErrUnproven saying the volume is mounted nowhere", in.fault, err)
+		}
+		if _, err := in.dir.Read(key); err != nil {
+			t.Errorf("%s: the record is gone after an unproven recovery: %v", in.fault, err)
+		}
 	}
 }

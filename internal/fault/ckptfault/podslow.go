@@ -78,35 +78,42 @@ func (l podLimit) validate() error {
 
 func (l podLimit) path() string { return filepath.Join(l.Mount, l.Dir, l.File) }
 
-// current reads the device's values in l's file: the rbps and wbps of
-// its io.max line, or the number of its blkio line; no line is no limit.
+// current reads the device's values in l's file (limitOf).
 func (l podLimit) current() (string, error) {
 	b, err := os.ReadFile(l.path())
 	if err != nil {
 		return "", err
 	}
-	for _, line := range strings.Split(string(b), "\n") {
+	return limitOf(string(b), l.Version, l.Device), nil
+}
+
+// limitOf returns device's values in the text of an io.max file (v2: the
+// rbps and wbps of its line, "max" for one missing) or of a blkio
+// throttle file (v1: the number of its line). No line for the device is
+// no limit: "rbps=max wbps=max" or "0".
+func limitOf(text string, v cgroup.Version, device string) string {
+	for _, line := range strings.Split(text, "\n") {
 		f := strings.Fields(line)
-		if len(f) < 2 || f[0] != l.Device {
+		if len(f) < 2 || f[0] != device {
 			continue
 		}
-		if l.Version == cgroup.V1 {
-			return f[1], nil
+		if v == cgroup.V1 {
+			return f[1]
 		}
 		r, w := "max", "max"
 		for _, kv := range f[1:] {
-			if v, ok := strings.CutPrefix(kv, "rbps="); ok {
-				r = v
-			} else if v, ok := strings.CutPrefix(kv, "wbps="); ok {
-				w = v
+			if x, ok := strings.CutPrefix(kv, "rbps="); ok {
+				r = x
+			} else if x, ok := strings.CutPrefix(kv, "wbps="); ok {
+				w = x
 			}
 		}
-		return "rbps=" + r + " wbps=" + w, nil
+		return "rbps=" + r + " wbps=" + w
 	}
-	if l.Version == cgroup.V1 {
-		return v1Unlimited, nil
+	if v == cgroup.V1 {
+		return v1Unlimited
 	}
-	return v2Unlimited, nil
+	return v2Unlimited
 }
 
 func (l podLimit) write(value string) error {
