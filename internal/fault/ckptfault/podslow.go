@@ -21,12 +21,12 @@ import (
 
 // The files a pod's block-I/O limit is written to.
 const (
-	fileIOMax     = "io.max"
-	fileReadBPS   = "blkio.throttle.read_bps_device"
-	fileWriteBPS  = "blkio.throttle.write_bps_device"
-	v2Unlimited   = "rbps=max wbps=max"
-	v1Unlimited   = "0"
-	controllerV1  = "blkio"
+	fileIOMax    = "io.max"
+	fileReadBPS  = "blkio.throttle.read_bps_device"
+	fileWriteBPS = "blkio.throttle.write_bps_device"
+	v2Unlimited  = "rbps=max wbps=max"
+	v1Unlimited  = "0"
+	controllerV1 = "blkio"
 )
 
 // podLimit is one block-I/O limit slow-storage wrote on a pod's own
