@@ -17,6 +17,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
+	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault/ckptpodtest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
@@ -25,6 +26,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	ckptpodtest.Main()
 	if os.Getenv(nt.SleeperEnv) != "" {
 		nt.Sleep()
 	}
