@@ -176,15 +176,16 @@ func removeFiller(st state) (proof string, err error) {
 	if strings.HasSuffix(where, " (deleted)") {
 		return "", nil // unlinked, and empty now: gone once its holder closes it
 	}
+	if st.access != "" && !strings.HasPrefix(where, st.access+"/") {
+		// Found by its handle in a pod's volume: the kernel prints its
+		// name from a mount namespace this process does not share, so
+		// the name cannot be told from one of the node's. The filler is
+		// empty, so the space it took is free, which is the fault
+		// undone; its empty name may stay.
+		return "", nil
+	}
 	var st2 unix.Stat_t
 	if err := unix.Lstat(where, &st2); err != nil || st2.Dev != st.Ref.Dev || st2.Ino != st.Ref.Inode {
-		if st.handleOnly {
-			// Found by its handle through another mount of the volume, whose
-			// names the kernel prints from a namespace this process may not
-			// share: the filler is empty, so the space it took is free, which
-			// is the fault undone; its empty name may stay.
-			return "", nil
-		}
 		return "", fmt.Errorf("emptied the filler, but cannot tell its name to remove it (the kernel says %q)", where)
 	}
 	if err := os.Remove(where); err != nil && !errors.Is(err, os.ErrNotExist) {

@@ -358,3 +358,23 @@ func TestPodRecoverUnprovenWithTheVolumeDetached(t *testing.T) {
 		}
 	}
 }
+
+// A filler the job moved within the pod's volume is found by its handle
+// and emptied: the space comes back, though its new name, printed from
+// the pod's mount namespace, is not one this process can remove by.
+func TestPodFillRecoverFindsAMovedFiller(t *testing.T) {
+	fx := newPodFixture(t, "sleep")
+	before := freeOf(t, fx.host)
+	in := newInjector(t, idFill, "")
+	if err := in.Inject(fx.ctx, "k", jobRef("llm"), faulttest.Values(t, idFill, map[string]string{"free": "1MiB"})); err != nil {
+		t.Fatal(err)
+	}
+	must(t, os.Mkdir(filepath.Join(fx.host, "old"), 0o700))
+	must(t, os.Rename(filepath.Join(fx.host, fillerPrefix+in.dir.Name("k")), filepath.Join(fx.host, "old", "big.bin")))
+	if err := in.Recover(context.Background(), "k"); err != nil {
+		t.Fatal(err)
+	}
+	if got := freeOf(t, fx.host); got < before-8192 {
+		t.Errorf("free space %d after Recover, want about %d as before (the moved filler emptied)", got, before)
+	}
+}
