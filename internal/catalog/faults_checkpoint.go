@@ -76,9 +76,11 @@ func checkpointFaults() []*Fault {
 			// In Kubernetes the container's restart shows in the pod status.
 			Detectable: []Layer{LayerWorkload, LayerK8sAPI},
 			Mechanisms: []Mechanism{{
-				Name: "signal", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerK8sAPI},
+				Name: "signal", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerK8sAPI},
 				Description: "Polls /proc/PID/fd and fdinfo of the job's ranks every few milliseconds and signals the rank that holds a " +
-					"file under the checkpoint directory open for writing once it has written some bytes, so the checkpoint is torn.",
+					"file under the checkpoint directory open for writing once it has written some bytes, so the checkpoint is torn. " +
+					"On Kubernetes the node agent watches every process of the pod's app containers (found by the pod's cgroup, " +
+					"again after a container restart) and the directory is the path inside the container.",
 			}},
 			Signature: Signature{
 				Series:   ckptSeries(seriesJobRestartsTotal, seriesJobUp),
@@ -100,10 +102,12 @@ func checkpointFaults() []*Fault {
 			},
 			Detectable: []Layer{LayerWorkload, LayerExporterMetrics},
 			Mechanisms: []Mechanism{{
-				Name: "fallocate", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerExporterMetrics},
+				Name: "fallocate", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: []Layer{LayerWorkload, LayerExporterMetrics},
 				Description: "Allocates one file in the checkpoint directory with fallocate(2) so that only the chosen free space is left " +
 					"(counting the blocks reserved for root, which a root writer can use), and deletes it on recovery. Filesystem " +
-					"metrics (node-exporter, kubelet volume stats) see the space go.",
+					"metrics (node-exporter, kubelet volume stats) see the space go. On Kubernetes the node agent fills the pod's " +
+					"volume as its containers see it (the path resolved inside a container's root, symlinks refused); a volume " +
+					"detached from the node with its pod before recovery cannot be reached, and recovery says so.",
 			}},
 			Signature: Signature{
 				Series:   ckptSeries("node_filesystem_avail_bytes", "kubelet_volume_stats_available_bytes"),
@@ -131,10 +135,12 @@ func checkpointFaults() []*Fault {
 			Detectable: []Layer{LayerWorkload, LayerExporterMetrics},
 			Mechanisms: []Mechanism{
 				{
-					Name: "cgroup-io", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive,
+					Name: "cgroup-io", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
 					Reaches: workload(), Misses: []Layer{LayerExporterMetrics},
 					Description: "Moves the job's ranks into a cgroup of ours whose io.max (v2) or blkio throttle (v1) caps reads and writes " +
-						"to the volume's block device at factor × its bandwidth, and moves them back on recovery. Block devices only: " +
+						"to the volume's block device at factor × its bandwidth, and moves them back on recovery. On Kubernetes no " +
+						"process is moved out of kubelet's groups: the node agent writes the cap into the pod's own group, which " +
+						"holds every container of the pod, and writes back the value it replaced on recovery. Block devices only: " +
 						"refused on tmpfs, overlay, NFS or Lustre. On cgroup v1, direct I/O is throttled but buffered writes flushed " +
 						"later by the kernel's writeback threads are not.",
 				},
@@ -171,14 +177,17 @@ func checkpointFaults() []*Fault {
 			Detectable: []Layer{LayerWorkload, LayerKernelLog},
 			Mechanisms: []Mechanism{
 				{
-					Name: "cls-bpf", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive,
+					Name: "cls-bpf", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
 					Reaches: workload(), Misses: []Layer{LayerKernelLog},
 					Description: "Finds the storage server (given, or parsed from the mount that holds path: NFS, CIFS or sshfs), " +
 						"and attaches cls_bpf programs on ingress and egress of the interface this node routes to it that drop " +
 						"every IPv4 packet to or from the server (and port), as a partitioned storage network does. " +
 						"The mount is not touched: a hard mount blocks its writers until recovery. " +
 						"The kernel log shows it only where the filesystem logs its server's silence: NFS does " +
-						"(\"server ... not responding\") and CIFS does, but sshfs and other FUSE filesystems log nothing.",
+						"(\"server ... not responding\") and CIFS does, but sshfs and other FUSE filesystems log nothing. " +
+						"On Kubernetes the mount is read from the pod's own mount table and the cut is made in the node's " +
+						"network namespace, where kubelet's NFS and CIFS mounts talk to their server; a FUSE daemon inside " +
+						"the pod is not reached.",
 				},
 				{
 					Name: "fuse-latency", Planned: targetsLocalK8s(), Safety: SafetyDisruptive,
@@ -209,9 +218,11 @@ func checkpointFaults() []*Fault {
 			},
 			Detectable: workload(),
 			Mechanisms: []Mechanism{{
-				Name: "byte-flip", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetyDisruptive, Reaches: workload(),
+				Name: "byte-flip", Targets: targetsLocalK8s(), Safety: SafetyDisruptive, Reaches: workload(),
 				Description: "Inverts bytes at seeded random offsets of the newest checkpoint file (highest step), recording each offset " +
-					"and original byte first so that recovery puts them back and the file is restored bit for bit.",
+					"and original byte first so that recovery puts them back and the file is restored bit for bit. On Kubernetes " +
+					"the node agent corrupts the newest checkpoint as the pod's containers see it; recovery finds it again through " +
+					"any live process of the pod, or by its file handle through the node's mount of the volume once the pod is gone.",
 			}},
 			Signature: Signature{
 				Series:   []string{seriesJobRestartsTotal, seriesJobLastCheckpoint},

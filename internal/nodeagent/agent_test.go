@@ -26,6 +26,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault/ckptpodtest"
 	"github.com/gpuchaos/gpuchaos/internal/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/kubetest"
 	"github.com/gpuchaos/gpuchaos/internal/nodeagent"
@@ -42,6 +43,7 @@ const within = 60 * time.Second
 const node = "n1"
 
 func TestMain(m *testing.M) {
+	ckptpodtest.Main()
 	if os.Getenv(nt.SleeperEnv) != "" {
 		nt.Sleep()
 	}

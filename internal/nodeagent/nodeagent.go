@@ -564,7 +564,7 @@ func (a *Agent) apply(ctx context.Context, nf *v1alpha1.NodeFault) error {
 		return fmt.Errorf("record before injecting: %w", err)
 	}
 	signal(a.kick) // arm the expiry timer
-	ierr := inj.Inject(fault.WithHoldUntil(ctx, nf.Spec.ExpiresAt.Time), key, ref, values)
+	ierr := inj.Inject(fault.WithHoldUntil(a.storageCtx(ctx, f, nf), nf.Spec.ExpiresAt.Time), key, ref, values)
 	if ierr != nil {
 		// The contract: after a failed Inject, Recover cleans up.
 		if rerr := a.recoverLocked(ctx, entry, ""); rerr != nil {
@@ -590,7 +590,7 @@ func (a *Agent) apply(ctx context.Context, nf *v1alpha1.NodeFault) error {
 // app container's process may restart. A pid the spec names is kept.
 func (a *Agent) podParams(f *catalog.Fault, nf *v1alpha1.NodeFault) (map[string]string, error) {
 	t := nf.Spec.Target
-	if t.PodUID == "" || f.Param("pid") == nil {
+	if t.PodUID == "" || f.Param("pid") == nil || storageFault(f) {
 		return nf.Spec.Params, nil
 	}
 	if p := nf.Spec.Params["pid"]; p != "" && p != "0" {

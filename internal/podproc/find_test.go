@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -195,6 +196,14 @@ func TestFindAndMainInEveryLayout(t *testing.T) {
 			}
 			if _, err := p.Main(sandbox); !errors.Is(err, ErrNoContainer) {
 				t.Errorf("Main(the sandbox) = %v; want ErrNoContainer", err)
+			}
+			var apps []int
+			for _, a := range p.Apps() {
+				apps = append(apps, a.PID)
+			}
+			slices.Sort(apps)
+			if wantApps := slices.Sorted(slices.Values([]int{app, worker, execd})); !slices.Equal(apps, wantApps) {
+				t.Errorf("Apps() = %v; want every app-container process %v, not the pause %d", apps, wantApps, pause)
 			}
 			if _, err := p.Main(newID(t)); !errors.Is(err, ErrNoContainer) {
 				t.Errorf("Main(another id) = %v; want ErrNoContainer", err)

@@ -103,12 +103,15 @@ func Registry() []Entry {
 		{Mechanism: "netem", Targets: node, New: newNet, Faults: []string{"network.delay", "network.loss"}},
 		{Mechanism: "cls-bpf", Targets: node, New: newNet, Faults: []string{
 			"network.loss", "network.partition", "ebpf.packet-drop", "ebpf.port-blackhole"}},
-		{Mechanism: storagefault.MechanismBPF, Targets: local, New: newStorage, Faults: []string{storagefault.FaultID}},
+		// On k8s the agent passes the job's pod (ckptfault.WithPod, nodeagent's
+		// storageCtx) and the checkpoint faults act on its directory as the
+		// pod's containers see it.
+		{Mechanism: storagefault.MechanismBPF, Targets: node, New: newStorage, Faults: []string{storagefault.FaultID}},
 
-		{Mechanism: "signal", Targets: local, New: newCkpt, Faults: []string{"checkpoint.kill-writer"}},
-		{Mechanism: "fallocate", Targets: local, New: newCkpt, Faults: []string{"checkpoint.fill-volume"}},
-		{Mechanism: "cgroup-io", Targets: local, New: newCkpt, Faults: []string{"checkpoint.slow-storage"}},
-		{Mechanism: "byte-flip", Targets: local, New: newCkpt, Faults: []string{"checkpoint.corrupt-newest"}},
+		{Mechanism: "signal", Targets: node, New: newCkpt, Faults: []string{"checkpoint.kill-writer"}},
+		{Mechanism: "fallocate", Targets: node, New: newCkpt, Faults: []string{"checkpoint.fill-volume"}},
+		{Mechanism: "cgroup-io", Targets: node, New: newCkpt, Faults: []string{"checkpoint.slow-storage"}},
+		{Mechanism: "byte-flip", Targets: node, New: newCkpt, Faults: []string{"checkpoint.corrupt-newest"}},
 
 		{Mechanism: "migrate-pages", Targets: local, New: newNUMA, Faults: []string{"numa.remote-memory"}},
 		{Mechanism: "sched-setaffinity", Targets: local, New: newNUMA, Faults: []string{"numa.wrong-affinity"}},

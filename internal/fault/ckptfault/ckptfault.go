@@ -85,18 +85,36 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
 // applied and no record remains, unless undoing failed too; the error
 // then says so and Recover retries.
 func (in *Injector) Inject(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) error {
+	pod, inPod := PodFrom(ctx)
 	err := in.dir.Inject(ctx, key, func() error {
-		dir, err := checkpointDir(ref, v)
+		var dir string
+		var err error
+		if inPod {
+			dir, err = podCheckpointDir(pod, v)
+		} else {
+			dir, err = checkpointDir(ref, v)
+		}
 		if err != nil {
 			return err
 		}
 		st := state{Version: stateVersion, Key: key, Fault: in.fault, Dir: dir, Created: time.Now().UTC()}
+		if inPod {
+			st.Pod = &podDir{Pod: pod}
+			release, err := reachPod(&st, true)
+			if err != nil {
+				return err
+			}
+			defer release()
+		}
 		switch in.fault {
 		case idKillWriter:
 			return in.killWriter(ctx, key, st, ref, v)
 		case idFill:
 			return in.fill(ctx, key, st, v)
 		case idSlow:
+			if inPod {
+				return in.podSlow(ctx, key, st, v)
+			}
 			return in.slow(ctx, key, st, ref, v)
 		case idCorrupt:
 			return in.corrupt(ctx, key, st, v)
@@ -104,6 +122,9 @@ func (in *Injector) Inject(ctx context.Context, key string, ref inventory.Ref, v
 		return nil
 	})
 	if err != nil {
+		if inPod {
+			return fmt.Errorf("inject %s on job %s, pod %s: %w", in.fault, ref.Job, pod.UID, err)
+		}
 		return fmt.Errorf("inject %s on job %s: %w", in.fault, ref.Job, err)
 	}
 	return nil
@@ -125,11 +146,20 @@ func (in *Injector) Recover(ctx context.Context, key string) error {
 	var proof string
 	err := statedir.Recover(in.dir, key, in.parser(key), func(rec state) (err error) {
 		st = rec
+		if st.Pod != nil && (st.Fault == idFill || st.Fault == idCorrupt) {
+			release, err := reachPod(&st, false)
+			if err != nil {
+				return err
+			}
+			defer release()
+		}
 		switch st.Fault {
 		case idFill:
 			proof, err = removeFiller(st)
 		case idSlow:
-			err = releaseAll(st.Confinements)
+			if err = releaseAll(st.Confinements); err == nil {
+				proof, err = restoreLimits(st.Limits)
+			}
 		case idCorrupt:
 			proof, err = restore(st)
 		}

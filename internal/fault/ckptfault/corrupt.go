@@ -80,10 +80,12 @@ func (in *Injector) corrupt(ctx context.Context, key string, st state, v catalog
 	if n < 1 {
 		return fmt.Errorf("bytes %d is not positive", n)
 	}
-	if st.File, err = newestCheckpoint(st.Dir); err != nil {
-		return err
+	newest, err := newestCheckpoint(st.at(st.Dir))
+	if err != nil {
+		return fmt.Errorf("%w (as seen in %s)", err, st.Dir)
 	}
-	f, err := os.OpenFile(st.File, os.O_RDWR|unix.O_NOFOLLOW, 0)
+	st.File = filepath.Join(st.Dir, filepath.Base(newest))
+	f, err := os.OpenFile(st.at(st.File), os.O_RDWR|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return fmt.Errorf("open the checkpoint: %w", err)
 	}
@@ -156,12 +158,12 @@ func restore(st state) (proof string, err error) {
 		// A version 1 record names the inode alone; the checkpoint was on
 		// the directory's filesystem.
 		var ds unix.Stat_t
-		if err := unix.Stat(st.Dir, &ds); err != nil {
+		if err := unix.Stat(st.at(st.Dir), &ds); err != nil {
 			return "", fmt.Errorf("find inode %d of %s: %w: %w", st.Inode, st.File, fault.ErrUnproven, err)
 		}
 		ref = &fileRef{Dev: ds.Dev, Inode: st.Inode}
 	}
-	f, where, err := openRef(ref, st.File, st.Dir, os.O_RDWR)
+	f, where, err := openRef(ref, st.at(st.File), st.at(st.Dir), os.O_RDWR)
 	if errors.Is(err, errFreed) {
 		return err.Error(), nil
 	}

@@ -1,6 +1,7 @@
 package ckptfault
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault/ckptpodtest"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
@@ -312,4 +314,66 @@ func renameIfThere(from, to string) error {
 		return err
 	}
 	return nil
+}
+
+// TestPodRecoveryAfterSIGKILLAtRandom is the same property for the
+// faults on a pod's directory (/ckpt in the pod's container, a tmpfs on
+// the node): the injector is killed at a random moment, the pod's
+// container then dies or not, and a fresh injector recovers the
+// checkpoint byte for byte and the volume's free space, through the pod
+// or, with its process gone, through the node's mount of the volume.
+func TestPodRecoveryAfterSIGKILLAtRandom(t *testing.T) {
+	rng := testutil.Rand(t)
+	stateDir := t.TempDir()
+	fx := newPodFixture(t, "sleep")
+	tally := testutil.Tally{}
+	sp := testutil.NewSpawner(t, "^$", roleEnv+"=injector")
+	for round := range testutil.CrashRounds {
+		key := fmt.Sprintf("pod-crash-%d", round)
+		id := idCorrupt
+		if rng.IntN(2) == 0 {
+			id = idFill
+		}
+		content := make([]byte, 16<<10)
+		for i := range content {
+			content[i] = byte(rng.IntN(256))
+		}
+		must(t, os.WriteFile(filepath.Join(fx.host, "ckpt-3.pt"), content, 0o600))
+		before, _, _ := freeBytes(fx.host)
+		moment := testutil.Moment(rng, 80*time.Millisecond)
+		env := append(helperEnv(t, id, stateDir, key, ckptpodtest.Dir), helperPodEnv+"="+fx.pod.UID)
+		injected := sp.KillAt(t, moment, env...)
+		gone := rng.IntN(3) == 0
+		if gone {
+			fx.ctr.Kill()
+		}
+		in := newInjector(t, id, stateDir)
+		err := in.Recover(context.Background(), key)
+		what := fmt.Sprintf("round %d: %s killed after %s (injected %v), the pod's process gone %v", round, id, moment, injected, gone)
+		diff := func() string {
+			var d []string
+			if b, err := os.ReadFile(filepath.Join(fx.host, "ckpt-3.pt")); err != nil || !bytes.Equal(b, content) {
+				d = append(d, fmt.Sprintf("ckpt-3.pt differs (%v)", err))
+			}
+			if after, _, _ := freeBytes(fx.host); after != before {
+				d = append(d, fmt.Sprintf("%d bytes free, %d before", after, before))
+			}
+			for p := range treeSums(t, fx.host) {
+				if strings.HasPrefix(p, fillerPrefix) {
+					d = append(d, "file "+p)
+				}
+			}
+			return strings.Join(d, "; ")
+		}
+		kept := func() bool { ok, _ := in.dir.Exists(key); return ok }
+		verdict := testutil.CheckRecovery(t, what, err, diff, kept, "no longer exists")
+		tally.Add(fmt.Sprintf("%s/gone=%v/%s%s", id, gone, verdict, cut(injected)))
+		if t.Failed() {
+			break
+		}
+		if gone {
+			fx.ctr = ckptpodtest.Start(t, fx.pod, fx.host, "sleep")
+		}
+	}
+	t.Logf("%d rounds: %s", testutil.CrashRounds, tally)
 }

@@ -31,6 +31,24 @@
 //     checkpoint, recording each offset and original byte first; Recover
 //     writes them back, so the file is restored bit for bit.
 //
+// In a Kubernetes pod (the node agent passes the pod with WithPod) the
+// checkpoint directory is a path in the pod's containers: the path
+// parameter, or GPUCHAOS_CKPT_DIR from the environment of the pod's
+// app-container processes (found through the pod's cgroup, internal/podproc).
+// The node does not have it at that path, so the injector reaches it
+// through /proc/PID/root of one of those processes, resolved by the
+// kernel inside that root (openat2 RESOLVE_IN_ROOT) with no symlink
+// allowed on the way, so nothing in the container can lead an action
+// onto the node's files. The record keeps the container's path, the pod's
+// uid and the directory's device (podDir says why not a pid or a host
+// path); recovery reaches the directory again through whichever of the
+// pod's processes is alive then, or, with none left, finds the files by
+// their handles through any mount of the device left on the node.
+// kill-writer watches every process of the pod's app containers;
+// slow-storage moves no process out of kubelet's groups but writes the
+// cap into the pod's own group (podslow.go says why that group), keeping
+// the value it replaced for Recover to write back.
+//
 // The filler and the corrupted checkpoint are recorded by inode and file
 // handle (name_to_handle_at) as well as by path, so Recover follows them
 // wherever a job moved them (renamed, moved within the filesystem,

@@ -63,7 +63,7 @@ func (in *Injector) fill(ctx context.Context, key string, st state, v catalog.Va
 			err = fmt.Errorf("%w (record not removed: %w)", err, rerr)
 		}
 	}()
-	f, err := os.OpenFile(st.Dir, os.O_WRONLY|unix.O_TMPFILE, 0o600)
+	f, err := os.OpenFile(st.at(st.Dir), os.O_WRONLY|unix.O_TMPFILE, 0o600)
 	named := errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EINVAL)
 	if named {
 		if err := in.dir.Write(key, st); err != nil {
@@ -72,7 +72,7 @@ func (in *Injector) fill(ctx context.Context, key string, st state, v catalog.Va
 		recorded = true
 		// O_NOFOLLOW and O_EXCL: the filler is a new regular file in the
 		// directory itself, never something a symlink planted there names.
-		f, err = os.OpenFile(st.File, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
+		f, err = os.OpenFile(st.at(st.File), os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 	}
 	if err != nil {
 		return fmt.Errorf("create the filler: %w", err)
@@ -93,7 +93,7 @@ func (in *Injector) fill(ctx context.Context, key string, st state, v catalog.Va
 	}
 	// linkat refuses a name that exists, a symlink planted there included,
 	// as O_EXCL would.
-	if err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), unix.AT_FDCWD, st.File, unix.AT_SYMLINK_FOLLOW); err != nil {
+	if err := unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), unix.AT_FDCWD, st.at(st.File), unix.AT_SYMLINK_FOLLOW); err != nil {
 		return fmt.Errorf("name the filler %s: %w", st.File, err)
 	}
 	return nil
@@ -106,7 +106,7 @@ func (in *Injector) allocate(ctx context.Context, key string, st state, f *os.Fi
 		if err := ctx.Err(); err != nil {
 			return fmt.Errorf("filling %s: %w", st.Dir, err)
 		}
-		avail, block, err := freeBytes(st.Dir)
+		avail, block, err := freeBytes(st.at(st.Dir))
 		if err != nil {
 			return err
 		}
@@ -145,8 +145,11 @@ func (in *Injector) allocate(ctx context.Context, key string, st state, f *os.Fi
 // any, is removed, and none there cannot tell an injection stopped before
 // it created the filler from an empty filler moved since.
 func removeFiller(st state) (proof string, err error) {
+	if st.Ref == nil && st.handleOnly {
+		return "", fmt.Errorf("the pod is gone and the record names no filler inode to look for on the volume: an empty %s* file may be left in %s: %w", fillerPrefix, st.Dir, fault.ErrUnproven)
+	}
 	if st.Ref == nil {
-		err := os.Remove(st.File)
+		err := os.Remove(st.at(st.File))
 		switch {
 		case err == nil:
 			return "", nil
@@ -159,7 +162,7 @@ func removeFiller(st state) (proof string, err error) {
 		return "", fmt.Errorf("no filler at %s, and the injection stopped before it recorded the filler's inode: an empty %s* file may be left elsewhere: %w",
 			st.File, fillerPrefix, fault.ErrUnproven)
 	}
-	f, where, err := openRef(st.Ref, st.File, st.Dir, os.O_WRONLY)
+	f, where, err := openRef(st.Ref, st.at(st.File), st.at(st.Dir), os.O_WRONLY)
 	if errors.Is(err, errFreed) {
 		return "the filler " + err.Error(), nil
 	}
@@ -172,6 +175,14 @@ func removeFiller(st state) (proof string, err error) {
 	}
 	if strings.HasSuffix(where, " (deleted)") {
 		return "", nil // unlinked, and empty now: gone once its holder closes it
+	}
+	if st.access != "" && !strings.HasPrefix(where, st.access+"/") {
+		// Found by its handle in a pod's volume: the kernel prints its
+		// name from a mount namespace this process does not share, so
+		// the name cannot be told from one of the node's. The filler is
+		// empty, so the space it took is free, which is the fault
+		// undone; its empty name may stay.
+		return "", nil
 	}
 	var st2 unix.Stat_t
 	if err := unix.Lstat(where, &st2); err != nil || st2.Dev != st.Ref.Dev || st2.Ino != st.Ref.Inode {

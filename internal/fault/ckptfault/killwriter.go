@@ -46,6 +46,9 @@ func (in *Injector) killWriter(ctx context.Context, key string, st state, ref in
 		deadline = hold
 	}
 	find, err := writerFinder(ref, v)
+	if st.Pod != nil {
+		find, err = podWriterFinder(st.Pod.Pod, v)
+	}
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault/ckptpodtest"
 	"github.com/gpuchaos/gpuchaos/internal/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/procfind"
 	"github.com/gpuchaos/gpuchaos/internal/testutil"
@@ -34,6 +35,7 @@ const (
 	helperStateEnv = "CKPTFAULT_HELPER_STATE"
 	helperKeyEnv   = "CKPTFAULT_HELPER_KEY"
 	helperJobEnv   = "CKPTFAULT_HELPER_JOB"
+	helperPodEnv   = "CKPTFAULT_HELPER_POD"
 )
 
 // A writer's checkpoint is chunks × chunkSize bytes, written a chunk at a
@@ -44,6 +46,7 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	ckptpodtest.Main()
 	switch os.Getenv(roleEnv) {
 	case "writer":
 		os.Exit(writer(os.Getenv(dirEnv)))
@@ -212,8 +215,12 @@ func injectorHelper() int {
 		raw["free"] = "4MiB"
 	}
 	v, err := f.Resolve(raw)
+	ctx := context.Background()
+	if uid := os.Getenv(helperPodEnv); uid != "" {
+		ctx = WithPod(ctx, Pod{UID: uid})
+	}
 	if err == nil {
-		err = in.Inject(context.Background(), os.Getenv(helperKeyEnv), jobRef(os.Getenv(helperJobEnv)), v)
+		err = in.Inject(ctx, os.Getenv(helperKeyEnv), jobRef(os.Getenv(helperJobEnv)), v)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)

@@ -54,6 +54,21 @@ type state struct {
 	Size     int64   `json:"size,omitempty"`
 	Offsets  []int64 `json:"offsets,omitempty"`
 	Original []byte  `json:"original,omitempty"`
+
+	// Pod is set when the directory is a pod's: Dir and File are then
+	// paths in its containers, reached through one of its processes
+	// (see podDir).
+	Pod *podDir `json:"pod,omitempty"`
+	// Limits are slow-storage's limits on a pod's own group, each with
+	// the value it replaced (see podslow.go).
+	Limits []podLimit `json:"limits,omitempty"`
+
+	// access is where this process reaches a pod's Dir during one call
+	// (/proc/self/fd/N); empty on a node, where Dir is reached as it is.
+	access string
+	// handleOnly says access is a mount of the filesystem, not Dir:
+	// files are found by their handle there, never by name.
+	handleOnly bool
 }
 
 // parseState decodes a record and checks what Recover relies on: files
@@ -79,6 +94,9 @@ func parseState(b []byte) (state, error) {
 		}
 		return nil
 	}
+	if st.Pod != nil && st.Pod.UID == "" {
+		return state{}, errors.New("pod without a uid")
+	}
 	switch st.Fault {
 	case idKillWriter:
 		if st.Killed != nil && !st.Killed.Valid() {
@@ -101,6 +119,11 @@ func parseState(b []byte) (state, error) {
 			}
 			if err := c.Validate(); err != nil {
 				return state{}, fmt.Errorf("confinement: %w", err)
+			}
+		}
+		for _, l := range st.Limits {
+			if err := l.validate(); err != nil {
+				return state{}, fmt.Errorf("limit: %w", err)
 			}
 		}
 	case idCorrupt:

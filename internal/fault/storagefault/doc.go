@@ -23,6 +23,18 @@
 // directory before it applies it, and Recover reads only that record, so
 // a fresh process recovers what a SIGKILLed one injected.
 //
+// In a Kubernetes pod (the node agent passes it with ckptfault.WithPod)
+// the path is the one in the pod's containers, from the path parameter
+// or their GPUCHAOS_CKPT_DIR, and the mount that holds it is read from the
+// mount table of one of the pod's app processes (/proc/PID/mountinfo),
+// where the volume is mounted at that path; the node's own table has it
+// elsewhere or not at all. The cut is still made in the node's network
+// namespace, the agent's (hostNetwork), not the pod's: kubelet and the CSI
+// node plugins mount a pod's network volumes (NFS, CIFS) on the node, so
+// the kernel's client talks to the server from the node's namespace. A
+// FUSE filesystem mounted by a daemon inside the pod (sshfs in the
+// container) talks from the pod's namespace and is not reached.
+//
 // What is not reached: IPv6 servers (the programs parse IPv4 only), and
 // storage reached through RDMA (NFS over RDMA, GPUDirect Storage), whose
 // traffic bypasses the qdiscs.

@@ -205,11 +205,11 @@ func (in *Injector) plan(ctx context.Context, key string, ref inventory.Ref, v c
 	rec := Record{Version: recordVersion, Key: key, Fault: in.fault.ID, Mechanism: in.mech, Port: int(port)}
 	server := v.String("server")
 	if server == "" {
-		p, err := checkpointPath(ref, v)
+		p, table, err := in.pathAndTable(ctx, ref, v)
 		if err != nil {
 			return Record{}, err
 		}
-		host, err := in.serverOf(p)
+		host, err := serverOf(table, p)
 		if err != nil {
 			return Record{}, err
 		}
@@ -264,21 +264,38 @@ func checkpointPath(ref inventory.Ref, v catalog.Values) (string, error) {
 	return p, nil
 }
 
+// pathAndTable is the checkpoint directory and the mount table it is
+// looked up in: for a pod (ckptfault.WithPod), the path in its containers
+// and their own table (ckptfault.PodMountTable), since the pod's volume
+// is mounted at its path only in the containers' mount namespace; else
+// checkpointPath and Options.Mountinfo.
+func (in *Injector) pathAndTable(ctx context.Context, ref inventory.Ref, v catalog.Values) (path, table string, err error) {
+	if pod, ok := ckptfault.PodFrom(ctx); ok {
+		path, table, err = ckptfault.PodMountTable(pod, v)
+		if err != nil {
+			return "", "", fmt.Errorf("pod %s: %w", pod.UID, err)
+		}
+		return path, table, nil
+	}
+	path, err = checkpointPath(ref, v)
+	return path, in.opts.Mountinfo, err
+}
+
 // serverOf reads the mount table and returns the server of the mount
 // holding path.
-func (in *Injector) serverOf(path string) (string, error) {
-	f, err := os.Open(in.opts.Mountinfo)
+func serverOf(table, path string) (string, error) {
+	f, err := os.Open(table)
 	if err != nil {
 		return "", fmt.Errorf("read the mount table: %w", err)
 	}
 	defer f.Close()
 	mounts, err := mountinfo.Parse(f)
 	if err != nil {
-		return "", fmt.Errorf("%s: %w", in.opts.Mountinfo, err)
+		return "", fmt.Errorf("%s: %w", table, err)
 	}
 	m, ok := mountinfo.Containing(mounts, path)
 	if !ok {
-		return "", fmt.Errorf("no mount holds %s in %s", path, in.opts.Mountinfo)
+		return "", fmt.Errorf("no mount holds %s in %s", path, table)
 	}
 	host, err := ServerOf(m)
 	if errors.Is(err, ErrNotNetwork) {

@@ -16,6 +16,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
+	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault/ckptpodtest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
@@ -25,6 +26,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	ckptpodtest.Main()
 	if os.Getenv(nt.SleeperEnv) != "" {
 		nt.Sleep()
 	}
