@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -618,6 +619,65 @@ func testPodFanOut(t *testing.T, env *kubetest.Env, a *agent) {
 	})
 }
 
+// testCheckpointFanOut: a checkpoint fault (job scope) on a job of three
+// pods reaches the pods its mechanism acts from, as NodeFaults of kind
+// job naming each pod: corrupt-newest only the lowest rank's (it acts on
+// shared files), kill-writer every pod's processes.
+func testCheckpointFanOut(t *testing.T, env *kubetest.Env, a *agent) {
+	ctx := context.Background()
+	var pods []*corev1.Pod
+	for i, node := range []string{"node-b", "node-a", "node-a"} {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: nsChaos, Name: fmt.Sprintf("ck-worker-%d", i), Labels: map[string]string{
+				"training.kubeflow.org/job-name": "ck", "training.kubeflow.org/replica-type": "worker", "training.kubeflow.org/replica-index": fmt.Sprint(i)}},
+			Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "train"}}},
+		}
+		if err := env.Client.Create(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+		pods = append(pods, p)
+	}
+	for _, tt := range []struct {
+		fault, mech string
+		want        []*corev1.Pod
+	}{
+		{"checkpoint.corrupt-newest", "byte-flip", pods[:1]},
+		{"checkpoint.kill-writer", "signal", pods},
+	} {
+		t.Run(tt.fault, func(t *testing.T) {
+			exp := experiment(nsChaos, "ck-"+strings.TrimPrefix(tt.fault, "checkpoint."), 2*time.Second)
+			exp.Spec.Selector = v1alpha1.Selector{Mode: v1alpha1.ModeAll, Jobs: []string{"ck"}}
+			exp.Spec.BlastRadius.MaxNodes = 2
+			exp.Spec.Faults = []v1alpha1.FaultSpec{{ID: tt.fault, Mechanism: tt.mech}}
+			if err := env.Client.Create(ctx, exp); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, "a NodeFault per pod it acts from, applied", func() (bool, string) {
+				var got []string
+				for _, nf := range nodeFaults(t, env, nsChaos, exp.Name) {
+					if nf.Status.Phase == v1alpha1.NodeFaultApplied && nf.Spec.Target.Kind == "job" && nf.Spec.Target.Job == "ck" {
+						got = append(got, nf.Spec.NodeName+"/"+nf.Spec.Target.Pod+"/"+nf.Spec.Target.PodUID)
+					}
+				}
+				var want []string
+				for _, p := range tt.want {
+					want = append(want, p.Spec.NodeName+"/"+p.Namespace+"/"+p.Name+"/"+string(p.UID))
+				}
+				slices.Sort(got)
+				slices.Sort(want)
+				e, _ := get(t, env, nsChaos, exp.Name)
+				return slices.Equal(got, want), fmt.Sprintf("applied %q, want %q; phase %s, conditions %+v", got, want, e.Status.Phase, e.Status.Conditions)
+			})
+			eventually(t, "succeeded", phaseIs(t, env, nsChaos, exp.Name, v1alpha1.PhaseSucceeded))
+			eventually(t, "clean-up", func() (bool, string) {
+				e, _ := get(t, env, nsChaos, exp.Name)
+				nfs := nodeFaults(t, env, nsChaos, exp.Name)
+				return len(nfs) == 0 && len(e.Finalizers) == 0, fmt.Sprintf("%d NodeFaults, finalizers %v", len(nfs), e.Finalizers)
+			})
+		})
+	}
+}
+
 // TestExperiments runs experiments through one controller and one
 // simulated agent on one API server.
 func TestExperiments(t *testing.T) {
@@ -631,6 +691,7 @@ func TestExperiments(t *testing.T) {
 		{"admission refusals", testAdmissionRefusals},
 		{"run to verdicts", testRunToVerdicts},
 		{"detector on the cluster's Prometheus", testDetector},
+		{"checkpoint faults fan out to pods", testCheckpointFanOut},
 		{"failed apply", testFailedApply},
 		{"abort annotation", testAbortAnnotation},
 		{"delete mid-run", testDeleteMidRun},
