@@ -94,9 +94,8 @@ func parseSearch(out []byte, path string) (string, error) {
 		if i <= 0 || line[i+2:] != path {
 			continue
 		}
-		for _, n := range strings.Split(line[:i], ",") {
-			n = strings.TrimSpace(n)
-			if n == "" || strings.ContainsAny(n, " \t") {
+		for _, n := range strings.Split(line[:i], ", ") {
+			if n == "" || strings.ContainsAny(n, " \t\r,") {
 				return "", fmt.Errorf("dpkg-query -S %s: bad package name %q", path, n)
 			}
 			found = append(found, n)

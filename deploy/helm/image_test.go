@@ -1,0 +1,39 @@
+package helm_test
+
+import (
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/gpuchaos/gpuchaos/internal/image"
+)
+
+// TestChartPullsTheBuiltImage holds the chart's default image equal to the
+// reference tools/build-image tags by default, so a cluster that loaded
+// the built tarball runs it without any --set.
+func TestChartPullsTheBuiltImage(t *testing.T) {
+	tag, err := image.ChartAppVersion("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := image.DefaultRepository + ":" + tag
+	seen := 0
+	for _, o := range render(t, nil) {
+		if o.GetKind() != "Deployment" && o.GetKind() != "DaemonSet" {
+			continue
+		}
+		cs, _, err := unstructured.NestedSlice(o.Object, "spec", "template", "spec", "containers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cs {
+			seen++
+			if got := c.(map[string]any)["image"]; got != want {
+				t.Errorf("%s %s: image %v, want %s (what tools/build-image tags)", o.GetKind(), o.GetName(), got, want)
+			}
+		}
+	}
+	if seen < 2 {
+		t.Fatalf("rendered %d containers of Deployments and DaemonSets, want the controller's and the agent's", seen)
+	}
+}
