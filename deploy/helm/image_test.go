@@ -28,12 +28,33 @@ func TestChartPullsTheBuiltImage(t *testing.T) {
 		}
 		for _, c := range cs {
 			seen++
-			if got := c.(map[string]any)["image"]; got != want {
+			c := c.(map[string]any)
+			if got := c["image"]; got != want {
 				t.Errorf("%s %s: image %v, want %s (what tools/build-image tags)", o.GetKind(), o.GetName(), got, want)
+			}
+			if o.GetKind() == "DaemonSet" {
+				checkNVIDIAEnv(t, c)
 			}
 		}
 	}
 	if seen < 2 {
 		t.Fatalf("rendered %d containers of Deployments and DaemonSets, want the controller's and the agent's", seen)
+	}
+}
+
+// checkNVIDIAEnv: the image sets no NVIDIA_* variables, so without these
+// the NVIDIA runtime gives the agent neither NVML nor the GPUs.
+func checkNVIDIAEnv(t *testing.T, c map[string]any) {
+	t.Helper()
+	env := map[string]any{}
+	list, _ := c["env"].([]any)
+	for _, e := range list {
+		e := e.(map[string]any)
+		env[e["name"].(string)] = e["value"]
+	}
+	for k, v := range map[string]string{"NVIDIA_VISIBLE_DEVICES": "all", "NVIDIA_DRIVER_CAPABILITIES": "utility"} {
+		if env[k] != v {
+			t.Errorf("agent env %s=%v, want %s", k, env[k], v)
+		}
 	}
 }
