@@ -22,13 +22,24 @@ var elfMachine = map[string]elf.Machine{
 	"arm64": elf.EM_AARCH64,
 }
 
+// DriverNeeds are the C library's sonames NVIDIA's driver libraries need
+// besides libc.so.6: libnvidia-ml.so.1 and libcuda.so.1 of driver
+// 580.159.04 (ldd on an H200 host, 2026-12-02) need libpthread.so.0,
+// libm.so.6, libdl.so.2 and librt.so.1. The NVIDIA container runtime
+// mounts the driver's libraries into the pod but never the C library, and
+// the command dlopens them (NVML through go-nvml, CUDA through purego), so
+// a loader and libc alone would fail there with "libpthread.so.0: cannot
+// open shared object file".
+var DriverNeeds = []string{"libdl.so.2", "libm.so.6", "libpthread.so.0", "librt.so.1"}
+
 // RuntimeFiles returns the absolute paths, under sysroot, of the files a
 // dynamically linked binary needs to start: its interpreter and the
-// shared libraries it needs, transitively. A static binary needs none.
-// The libraries are looked up where Debian's dynamic loader looks by
-// default, so the result is what the loader would pick on this host
-// without LD_LIBRARY_PATH.
-func RuntimeFiles(sysroot, binary, goarch string) ([]string, error) {
+// shared libraries it needs, transitively, and the extra sonames (which
+// the binary loads at run time, or libraries it loads need). A static
+// binary needs none. The libraries are looked up where Debian's dynamic
+// loader looks by default, so the result is what the loader would pick on
+// this host without LD_LIBRARY_PATH.
+func RuntimeFiles(sysroot, binary, goarch string, extra ...string) ([]string, error) {
 	f, err := elf.Open(binary)
 	if err != nil {
 		return nil, fmt.Errorf("read binary %s: %w", binary, err)
@@ -53,6 +64,7 @@ func RuntimeFiles(sysroot, binary, goarch string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("binary %s: needed libraries: %w", binary, err)
 	}
+	queue = append(queue, extra...)
 	for len(queue) > 0 {
 		lib := queue[0]
 		queue = queue[1:]

@@ -84,7 +84,9 @@ func Build(o Options) (*Built, error) {
 		return nil, errors.New("image: Created is zero (use the commit time or SOURCE_DATE_EPOCH)")
 	}
 	o.Created = o.Created.UTC().Truncate(time.Second)
-	files, err := RuntimeFiles(o.Sysroot, o.Binary, o.GOARCH)
+	// A static binary needs no C library, so neither do the driver's
+	// libraries it then cannot load; a dynamic one loads them.
+	files, err := RuntimeFiles(o.Sysroot, o.Binary, o.GOARCH, DriverNeeds...)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"crypto/sha256"
+	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -117,11 +118,12 @@ func TestImageRunsOnItsOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	help, err := inImage(root, cf.Config, "--help")
+	ep := cf.Config.Entrypoint
+	help, err := inImage(root, cf.Config, append(ep, "--help")...)
 	if err != nil || !strings.Contains(help, "Usage:") || !strings.Contains(help, "controller") || !strings.Contains(help, "agent") {
 		t.Fatalf("gpuchaos --help in the image: %v\n%s", err, help)
 	}
-	faults, err := inImage(root, cf.Config, "faults", "--format", "json")
+	faults, err := inImage(root, cf.Config, append(ep, "faults", "--format", "json")...)
 	if err != nil {
 		t.Fatalf("gpuchaos faults --format json in the image: %v\n%s", err, faults)
 	}
@@ -136,6 +138,8 @@ func TestImageRunsOnItsOwn(t *testing.T) {
 	if faults != string(host) {
 		t.Errorf("the catalogue in the image differs from the same binary's on the host")
 	}
+
+	checkDriverLoads(t, bin, root, cf.Config)
 
 	// The image's own libc is what ran: without it the command cannot start.
 	var libc string
@@ -152,7 +156,7 @@ func TestImageRunsOnItsOwn(t *testing.T) {
 	if err := os.Remove(filepath.Join(root, libc)); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := inImage(root, cf.Config, "--help"); err == nil {
+	if out, err := inImage(root, cf.Config, append(ep, "--help")...); err == nil {
 		t.Fatalf("gpuchaos ran in the image without its libc.so.6: the test does not prove the image's libraries are used\n%s", out)
 	}
 }
@@ -278,16 +282,76 @@ func modeBits(m int64) os.FileMode {
 	return 0
 }
 
-// inImage runs the image's entrypoint with args in root, as the image's
-// user, with the image's environment only.
-func inImage(root string, c v1.Config, args ...string) (string, error) {
+// checkDriverLoads puts a library needing what NVIDIA's libnvidia-ml.so.1
+// needs (image.DriverNeeds and libc) where the NVIDIA runtime mounts it,
+// and has the image's loader load it: the runtime brings the driver's
+// libraries but not the C library's others.
+func checkDriverLoads(t *testing.T, bin, root string, c v1.Config) {
+	t.Helper()
+	cc, err := exec.Command("go", "env", "CC").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	src, lib := filepath.Join(dir, "driver.c"), filepath.Join(dir, "libnvidia-ml.so.1")
+	if err := os.WriteFile(src, []byte("int gpuchaos_fake_driver(void) { return 0; }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"-shared", "-fPIC", "-o", lib, src, "-Wl,--no-as-needed"}
+	for _, so := range image.DriverNeeds {
+		args = append(args, "-l:"+so)
+	}
+	if out, err := exec.Command(strings.TrimSpace(string(cc)), args...).CombinedOutput(); err != nil {
+		t.Fatalf("build a library needing %v: %v\n%s", image.DriverNeeds, err, out)
+	}
+	data, err := os.ReadFile(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mounted = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the driver library check knows only amd64's multiarch folder")
+	}
+	if err := os.WriteFile(filepath.Join(root, mounted), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(filepath.Join(root, mounted))
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var loader string
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b := make([]byte, p.Filesz)
+			if _, err := p.ReadAt(b, 0); err != nil {
+				t.Fatal(err)
+			}
+			loader = strings.TrimRight(string(b), "\x00")
+		}
+	}
+	out, err := inImage(root, c, loader, "--list", mounted)
+	if err != nil || strings.Contains(out, "not found") {
+		t.Fatalf("the image's loader cannot load a driver library needing %v: %v\n%s", image.DriverNeeds, err, out)
+	}
+	for _, so := range image.DriverNeeds {
+		if !strings.Contains(out, so+" => ") {
+			t.Errorf("%s --list %s does not list %s:\n%s", loader, mounted, so, out)
+		}
+	}
+}
+
+// inImage runs argv in root, as the image's user, with the image's
+// environment only.
+func inImage(root string, c v1.Config, argv ...string) (string, error) {
 	var uid, gid uint32
 	if _, err := fmt.Sscanf(c.User, "%d:%d", &uid, &gid); err != nil {
 		return "", fmt.Errorf("user %q: %w", c.User, err)
 	}
-	cmd := exec.Command(c.Entrypoint[0], append(c.Entrypoint[1:], args...)...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	// exec.Command looked the path up on the host; the chroot resolves it.
-	cmd.Path = c.Entrypoint[0]
+	cmd.Path = argv[0]
 	cmd.Dir = "/"
 	cmd.Env = c.Env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: root, Credential: &syscall.Credential{Uid: uid, Gid: gid}}
