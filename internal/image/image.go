@@ -48,8 +48,6 @@ type Options struct {
 	// GOARCH is the binary's architecture (runtime.GOARCH: the runtime
 	// files come from this host, so it can only be the host's).
 	GOARCH string
-	// Sysroot is where the runtime files are read from: "/" but in tests.
-	Sysroot string
 	// Created is every timestamp in the image: config, history and file
 	// times. The commit time or SOURCE_DATE_EPOCH, for reproducibility.
 	Created time.Time
@@ -74,9 +72,6 @@ func Build(o Options) (*Built, error) {
 	if o.Binary == "" {
 		return nil, errors.New("image: Binary is empty")
 	}
-	if o.Sysroot == "" {
-		o.Sysroot = "/"
-	}
 	if o.Version == "" {
 		return nil, errors.New("image: Version is empty")
 	}
@@ -86,15 +81,12 @@ func Build(o Options) (*Built, error) {
 	o.Created = o.Created.UTC().Truncate(time.Second)
 	// A static binary needs no C library, so neither do the driver's
 	// libraries it then cannot load; a dynamic one loads them.
-	files, err := RuntimeFiles(o.Sysroot, o.Binary, o.GOARCH, DriverNeeds...)
+	files, err := RuntimeFiles("/", o.Binary, o.GOARCH, DriverNeeds...)
 	if err != nil {
 		return nil, err
 	}
 	var pkgs []Package
 	if len(files) > 0 {
-		if o.Sysroot != "/" {
-			return nil, fmt.Errorf("image: runtime files under sysroot %s: dpkg can vouch only for this host's files", o.Sysroot)
-		}
 		if pkgs, err = debianPackages(files); err != nil {
 			return nil, err
 		}
@@ -110,7 +102,7 @@ func Build(o Options) (*Built, error) {
 	rt.file("/etc/passwd", 0o644, []byte("root:x:0:0:root:/root:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n"))
 	rt.file("/etc/group", 0o644, []byte("root:x:0:\nnonroot:x:65532:\n"))
 	for _, f := range files {
-		if err := rt.copyHost(o.Sysroot, f); err != nil {
+		if err := rt.copyHost("/", f); err != nil {
 			return nil, err
 		}
 	}
@@ -126,10 +118,10 @@ func Build(o Options) (*Built, error) {
 		// The licence of what the image redistributes travels with it.
 		base := strings.SplitN(p.Name, ":", 2)[0]
 		c := "/usr/share/doc/" + base + "/copyright"
-		if _, err := os.Stat(filepath.Join(o.Sysroot, c)); err != nil {
+		if _, err := os.Stat(c); err != nil {
 			return nil, fmt.Errorf("image: package %s: its copyright file: %w", p.Name, err)
 		}
-		if err := rt.copyHost(o.Sysroot, c); err != nil {
+		if err := rt.copyHost("/", c); err != nil {
 			return nil, err
 		}
 	}

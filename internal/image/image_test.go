@@ -139,8 +139,6 @@ func TestImageRunsOnItsOwn(t *testing.T) {
 		t.Errorf("the catalogue in the image differs from the same binary's on the host")
 	}
 
-	checkDriverLoads(t, bin, root, cf.Config)
-
 	// The image's own libc is what ran: without it the command cannot start.
 	var libc string
 	for _, p := range b.Packages {
@@ -153,6 +151,7 @@ func TestImageRunsOnItsOwn(t *testing.T) {
 	if libc == "" {
 		t.Fatalf("no libc.so.6 among the image's runtime files: %+v", b.Packages)
 	}
+	checkDriverLoads(t, bin, root, libc, cf.Config)
 	if err := os.Remove(filepath.Join(root, libc)); err != nil {
 		t.Fatal(err)
 	}
@@ -286,7 +285,7 @@ func modeBits(m int64) os.FileMode {
 // needs (image.DriverNeeds and libc) where the NVIDIA runtime mounts it,
 // and has the image's loader load it: the runtime brings the driver's
 // libraries but not the C library's others.
-func checkDriverLoads(t *testing.T, bin, root string, c v1.Config) {
+func checkDriverLoads(t *testing.T, bin, root, libc string, c v1.Config) {
 	t.Helper()
 	cc, err := exec.Command("go", "env", "CC").Output()
 	if err != nil {
@@ -308,10 +307,9 @@ func checkDriverLoads(t *testing.T, bin, root string, c v1.Config) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const mounted = "/usr/lib/x86_64-linux-gnu/libnvidia-ml.so.1"
-	if runtime.GOARCH != "amd64" {
-		t.Skip("the driver library check knows only amd64's multiarch folder")
-	}
+	// Where the image's libc is: the multiarch folder, where the runtime
+	// mounts the driver's libraries on Debian and Ubuntu nodes.
+	mounted := filepath.Join(filepath.Dir(libc), "libnvidia-ml.so.1")
 	if err := os.WriteFile(filepath.Join(root, mounted), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
