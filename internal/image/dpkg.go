@@ -25,11 +25,17 @@ func (p Package) String() string { return p.Name + "=" + p.Version }
 // which version. A file no package owns is an error: the image carries no
 // file without provenance.
 func debianPackages(files []string) ([]Package, error) {
+	// One dpkg-query for all the files (each reads dpkg's whole file
+	// database); its status is 1 when any is not found, which the
+	// per-file fallback below then tells apart.
+	all, _ := exec.Command("dpkg-query", append([]string{"-S"}, files...)...).Output()
 	byName := map[string]*Package{}
 	for _, f := range files {
-		name, err := owner(f)
+		name, err := parseSearch(all, f)
 		if err != nil {
-			return nil, err
+			if name, err = owner(f); err != nil {
+				return nil, err
+			}
 		}
 		p := byName[name]
 		if p == nil {

@@ -316,7 +316,7 @@ func (t *tree) layer() (v1.Layer, error) {
 	b := buf.Bytes()
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(b)), nil
-	}, tarball.WithMediaType(types.OCILayer))
+	}, tarball.WithMediaType(types.OCILayer), tarball.WithCompressedCaching)
 }
 
 // EpochFromEnv reads SOURCE_DATE_EPOCH (reproducible-builds.org), the
