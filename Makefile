@@ -3,12 +3,15 @@ GO ?= go
 BIN := bin/gpuchaos
 FUZZTIME ?= 10s
 
-.PHONY: help build demo test lint fuzz generate bench
+.PHONY: help build image demo test lint fuzz generate bench
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 build: ## build bin/gpuchaos
 	$(GO) build -o $(BIN) ./cmd/gpuchaos
+
+image: ## build the chart's container image into bin/ (scripts/build-image)
+	scripts/build-image
 
 demo: ## run the whole catalogue against the embedded twin
 	$(GO) run ./cmd/gpuchaos demo
