@@ -8,8 +8,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/cgroup"
@@ -17,6 +20,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/kubetest"
 	"github.com/gpuchaos/gpuchaos/internal/podproc/podproctest"
+	"github.com/gpuchaos/gpuchaos/internal/testutil"
 )
 
 // podContainerGroup makes a pod with one app container in kubelet's
@@ -70,10 +74,13 @@ func setQuota(t *testing.T, h cgroup.Hierarchy, dir string) []cgroup.File {
 	return files
 }
 
-func podInjector(t *testing.T) *Injector {
+func podInjector(t *testing.T) *Injector { return podInjectorIn(t, t.TempDir()) }
+
+// podInjectorIn is the node agent's cgroup-cpu injector on state dir.
+func podInjectorIn(t *testing.T, dir string) *Injector {
 	t.Helper()
 	f, _ := catalog.Lookup(idStraggler)
-	o := testOptions(t.TempDir())
+	o := testOptions(dir)
 	o.PodCgroups = true
 	in, err := New(f, f.Mechanism(mechCgroupCPU), o)
 	if err != nil {
@@ -184,4 +191,59 @@ func TestStragglerInPodRefusesAContainerOfTwoRanks(t *testing.T) {
 	if _, err := in.dir.Read("k"); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("record after a refused Inject: %v, want none", err)
 	}
+}
+
+// The crash suite on the pod path: an injector SIGKILLed at a random
+// moment of a cgroup-cpu straggler on a rank in a pod (before, during or
+// after it writes the container group's quota), its rank sometimes ended
+// too, is recovered by a fresh injector from the record alone: the
+// container group holds exactly its quota from before and still holds
+// the rank, or the recovery is pending with its record kept.
+func TestStragglerInPodRecoveryAfterSIGKILLAtRandom(t *testing.T) {
+	h, pod := podContainerGroup(t)
+	rng := testutil.Rand(t)
+	dir := t.TempDir()
+	job := jobName(t)
+	var r *rank
+	fresh := func() {
+		r = startRank(t, job, 0, false)
+		podproctest.Join(t, h.Mount, pod.Container, r.proc.PID)
+	}
+	fresh()
+	before := setQuota(t, h, pod.Container)
+	sp := testutil.NewSpawner(t, "^$", roleEnv+"=injector")
+	tally := testutil.Tally{}
+	for round := range testutil.CrashRounds {
+		key := fmt.Sprintf("crash-%d", round)
+		moment := testutil.Moment(rng, 100*time.Millisecond)
+		injected := sp.KillAt(t, moment, helperFaultEnv+"="+idStraggler, helperMechEnv+"="+mechCgroupCPU, helperStateEnv+"="+dir,
+			helperKeyEnv+"="+key, helperPIDEnv+"="+strconv.Itoa(r.proc.PID), helperCPUsEnv+"=1", helperPodEnv+"=1")
+		in := podInjectorIn(t, dir)
+		way := vanishRank(t, rng, r, in, key, mechCgroupCPU)
+		err := in.Recover(context.Background(), key)
+		what := fmt.Sprintf("round %d: killed after %s (injected %v), %s", round, moment, injected, way)
+		diff := func() string {
+			var d []string
+			if got := quotaFiles(t, h, pod.Container); fmt.Sprint(got) != fmt.Sprint(before) {
+				d = append(d, fmt.Sprintf("quota %v, was %v", got, before))
+			}
+			if alive, _ := r.proc.Alive(); alive {
+				if g, err := cgroup.GroupOf(h, r.proc.PID, r.proc.PID); err == nil && g != pod.Container {
+					d = append(d, "rank in "+g)
+				}
+			}
+			return strings.Join(d, "; ")
+		}
+		kept := func() bool { ok, _ := in.dir.Exists(key); return ok }
+		verdict := testutil.CheckRecovery(t, what, err, diff, kept, "is gone")
+		tally.Add(way + "/" + verdict)
+		if t.Failed() {
+			break
+		}
+		if alive, _ := r.proc.Alive(); !alive || verdict == "pending" {
+			_ = syscall.Kill(r.proc.PID, syscall.SIGKILL)
+			fresh()
+		}
+	}
+	t.Logf("%d rounds: %s", testutil.CrashRounds, tally)
 }
