@@ -46,9 +46,10 @@ func numaFaults() []*Fault {
 			Detectable: workload(),
 			Mechanisms: []Mechanism{
 				{
-					Name: "migrate-pages", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetySafe, Reaches: workload(),
+					Name: "migrate-pages", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
 					Description: "Moves every page of the running rank to the remote node with migrate_pages(2), and on recovery " +
 						"moves them to the node that held most of them before; new allocations still follow the rank's own policy. " +
+						"Only nodes the rank's cpuset allows memory on are chosen (a pod's cpuset is never widened). " +
 						"Refuses on a machine with one node.",
 				},
 				{
@@ -74,9 +75,10 @@ func numaFaults() []*Fault {
 			Detectable: workload(),
 			Mechanisms: []Mechanism{
 				{
-					Name: "sched-setaffinity", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetySafe, Reaches: workload(),
+					Name: "sched-setaffinity", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
 					Description: "Sets the CPU affinity of every thread of the rank to the remote node's CPUs with sched_setaffinity(2), " +
 						"and restores each thread's previous mask on recovery (threads born meanwhile get the main thread's). " +
+						"Only the CPUs the rank's cpuset allows are used (a pod's cpuset is never widened). " +
 						"Refuses on a machine with one node.",
 				},
 				{
@@ -102,10 +104,11 @@ func numaFaults() []*Fault {
 			},
 			Detectable: workload(),
 			Mechanisms: []Mechanism{{
-				Name: "memory-hog", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetySafe, Reaches: workload(),
+				Name: "memory-hog", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
 				Description: "Runs a gpuchaos child process that maps fraction × the local node's free memory, binds it to that node " +
 					"(mbind MPOL_BIND) and touches every page, as stress-ng's vm stressor would; recovery ends the child, which frees it. " +
-					"Node memory metrics show the hog, not the spill.",
+					"Node memory metrics show the hog, not the spill. On k8s the agent's hog leaves the agent's pod for the " +
+					"node level above it, and outlives an agent restart.",
 			}},
 			Signature: Signature{
 				Series:   series(),
@@ -130,9 +133,10 @@ func numaFaults() []*Fault {
 			},
 			Detectable: workload(),
 			Mechanisms: []Mechanism{{
-				Name: "cpu-hog", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetySafe, Reaches: workload(),
+				Name: "cpu-hog", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: workload(),
 				Description: "Runs a gpuchaos child process of busy-loop threads, each locked to its OS thread and pinned to one CPU " +
-					"of the local node (as stress-ng's cpu stressor with --taskset would); recovery ends the child.",
+					"of the local node (as stress-ng's cpu stressor with --taskset would); recovery ends the child. On k8s the " +
+					"agent's hog leaves the agent's pod for the node level above it, and outlives an agent restart.",
 			}},
 			Signature: Signature{
 				Series:   series(),

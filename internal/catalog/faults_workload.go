@@ -103,10 +103,12 @@ func workloadFaults() []*Fault {
 			Detectable: []Layer{LayerWorkload},
 			Mechanisms: []Mechanism{
 				{
-					Name: "cgroup-cpu", Targets: targetsLocal(), Planned: targetsK8s(), Safety: SafetySafe, Reaches: []Layer{LayerWorkload},
+					Name: "cgroup-cpu", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: []Layer{LayerWorkload},
 					Description: "Measures the CPUs the rank uses, moves its threads into a cgroup of ours with a CFS quota " +
-						"(cpu.max on v2) of 1/slowdown of that, and moves them back on recovery. GPU kernels already queued run " +
-						"at full speed, so the slowdown is approximate for GPU-bound ranks.",
+						"(cpu.max on v2) of 1/slowdown of that, and moves them back on recovery. In a Kubernetes pod the rank " +
+						"stays in its container's group, whose own quota is set instead (measured over the container) and " +
+						"restored exactly on recovery; a container that runs another rank is refused. GPU kernels already " +
+						"queued run at full speed, so the slowdown is approximate for GPU-bound ranks.",
 				},
 				{
 					Name: "duty-cycle", Targets: targetsLocalK8s(), Safety: SafetySafe, Reaches: []Layer{LayerWorkload},

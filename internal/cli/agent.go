@@ -260,7 +260,7 @@ func (fl agentFlags) newNodeAgent(devs []gpu.Device, log *slog.Logger) (*nodeage
 	}
 	a, err := nodeagent.New(nodeagent.Options{
 		Client: c, Node: fl.nodeName, Ledger: fl.ledger, GPUs: devs, Agent: name, Resync: fl.resync, CgroupRoot: fl.cgroupRoot,
-		Env:    all.Env{Kmsg: kmsg.Writer{}, Logger: log.With("component", "injector")},
+		Env:    all.Env{Kmsg: kmsg.Writer{}, Logger: log.With("component", "injector"), GPUNode: gpuNodes(devs)},
 		Logger: log.With("component", "nodeagent", "node", fl.nodeName),
 	})
 	if err != nil {
@@ -342,4 +342,18 @@ func buildVersion() string {
 		return bi.Main.Version
 	}
 	return "devel"
+}
+
+// gpuNodes gives the NUMA injectors each GPU's node as NVML reported it
+// (-1, unknown, for a GPU the node does not have): without it they know
+// no GPU's node, and refuse on a machine of two sockets.
+func gpuNodes(devs []gpu.Device) func(context.Context, int) (int, error) {
+	return func(_ context.Context, i int) (int, error) {
+		for _, d := range devs {
+			if d.Index == i {
+				return d.NUMANode, nil
+			}
+		}
+		return -1, nil
+	}
 }

@@ -144,6 +144,7 @@ func New(opts Options) (*Agent, error) {
 	if opts.Env.StateDir == "" {
 		opts.Env.StateDir = localtarget.StateDir(opts.Ledger)
 	}
+	podEnv(&opts)
 	if opts.Agent == "" {
 		opts.Agent = "gpuchaos-agent/" + opts.Node
 	}

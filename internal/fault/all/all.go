@@ -51,6 +51,15 @@ type Env struct {
 	// GPUNode returns the NUMA node of a GPU (-1 when unknown), for the
 	// NUMA mechanisms; nil means unknown for every GPU.
 	GPUNode func(ctx context.Context, gpu int) (int, error)
+	// PodCgroups is set on a Kubernetes node (the node agent): a rank in
+	// a pod's container group stays there, and cgroup-cpu sets that
+	// group's own quota (procfault.Options.PodCgroups).
+	PodCgroups bool
+	// HogCgroups, when set, says where the NUMA hogs go so that they are
+	// the node's and not this process's, and makes them outlive it until
+	// their hold ends (numafault.Options.HogCgroups); the node agent's
+	// are the node level above its own pod (podproc.NodeGroups).
+	HogCgroups func() ([]string, error)
 	// Kube reaches the cluster's API server, for the mechanisms that act
 	// through it alone (kubefault.Mechanisms); nil refuses them. The
 	// controller's NodeFault reconciler (kubefault.Setup) builds these
@@ -85,7 +94,7 @@ func (e Entry) Serves(faultID, mechanism string) bool {
 // Registry lists every injector of this build. Each (fault, mechanism) is
 // served by one entry at most. The slice is new on every call.
 func Registry() []Entry {
-	twin, local, k8s := []string{"twin"}, []string{"local"}, []string{"k8s"}
+	twin, k8s := []string{"twin"}, []string{"k8s"}
 	// On k8s the node's agent runs these same injectors for NodeFaults.
 	node := []string{"local", "k8s"}
 	return []Entry{
@@ -113,15 +122,16 @@ func Registry() []Entry {
 		{Mechanism: "cgroup-io", Targets: node, New: newCkpt, Faults: []string{"checkpoint.slow-storage"}},
 		{Mechanism: "byte-flip", Targets: node, New: newCkpt, Faults: []string{"checkpoint.corrupt-newest"}},
 
-		{Mechanism: "migrate-pages", Targets: local, New: newNUMA, Faults: []string{"numa.remote-memory"}},
-		{Mechanism: "sched-setaffinity", Targets: local, New: newNUMA, Faults: []string{"numa.wrong-affinity"}},
-		{Mechanism: "memory-hog", Targets: local, New: newNUMA, Faults: []string{"numa.memory-pressure"}},
-		{Mechanism: "cpu-hog", Targets: local, New: newNUMA, Faults: []string{"numa.cpu-saturation"}},
+		{Mechanism: "migrate-pages", Targets: node, New: newNUMA, Faults: []string{"numa.remote-memory"}},
+		{Mechanism: "sched-setaffinity", Targets: node, New: newNUMA, Faults: []string{"numa.wrong-affinity"}},
+		{Mechanism: "memory-hog", Targets: node, New: newNUMA, Faults: []string{"numa.memory-pressure"}},
+		{Mechanism: "cpu-hog", Targets: node, New: newNUMA, Faults: []string{"numa.cpu-saturation"}},
 
 		// On k8s the agent finds the rank's process in its pod's cgroup
-		// and passes it as pid (nodeagent's podParams).
+		// and passes it as pid (nodeagent's podParams); cgroup-cpu then
+		// sets the quota of the rank's container group (Env.PodCgroups).
 		{Mechanism: "signal", Targets: node, New: newProc, Faults: []string{"workload.kill-rank", "workload.hang-rank"}},
-		{Mechanism: "cgroup-cpu", Targets: local, New: newProc, Faults: []string{"workload.straggler"}},
+		{Mechanism: "cgroup-cpu", Targets: node, New: newProc, Faults: []string{"workload.straggler"}},
 		{Mechanism: "duty-cycle", Targets: node, New: newProc, Faults: []string{"workload.straggler"}},
 
 		{Mechanism: kubefault.MechanismPodDelete, Targets: k8s, New: newKube, Faults: []string{"workload.pod-kill"}},
@@ -194,7 +204,7 @@ func newNUMA(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, e
 	if err != nil {
 		return nil, err
 	}
-	return numafault.New(f, m, numafault.Options{StateDir: dir, GPUNode: env.GPUNode, Exec: env.Exec})
+	return numafault.New(f, m, numafault.Options{StateDir: dir, GPUNode: env.GPUNode, Exec: env.Exec, HogCgroups: env.HogCgroups})
 }
 
 func newProc(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, error) {
@@ -202,7 +212,7 @@ func newProc(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, e
 	if err != nil {
 		return nil, err
 	}
-	return procfault.New(f, m, procfault.Options{StateDir: dir, Exec: env.Exec, Logger: component(env, "procfault")})
+	return procfault.New(f, m, procfault.Options{StateDir: dir, Exec: env.Exec, Logger: component(env, "procfault"), PodCgroups: env.PodCgroups})
 }
 
 func newCkpt(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, error) {

@@ -22,16 +22,24 @@ const affinityPasses = 4
 // injectAffinity pins every thread of the rank to the remote node's CPUs,
 // recording each thread's mask in the state file before changing it.
 func (in *Injector) injectAffinity(ctx context.Context, st state, topo numa.Topology, ref inventory.Ref, v catalog.Values) error {
-	to, err := remoteNode(topo, st.GPUNode, v.Int("node"), numa.HasCPUs, "CPUs")
+	pid, err := rankPID(ref, v)
+	if err != nil {
+		return err
+	}
+	cs, err := cpusetOf(pid)
+	if err != nil {
+		return err
+	}
+	to, err := remoteNode(topo, st.GPUNode, v.Int("node"), numa.HasCPUs, "CPUs",
+		func(n numa.Node) bool { return len(cs.cpusOn(n)) > 0 }, cs.describe(pid))
 	if err != nil {
 		return err
 	}
 	n, _ := topo.Node(to)
-	set, err := numa.SetOf(n.CPUs)
-	if err != nil {
-		return err
-	}
-	pid, err := rankPID(ref, v)
+	// Within the cpuset: the kernel would narrow a wider mask to it
+	// anyway, and the record and log then say what the rank really got.
+	cpus := cs.cpusOn(n)
+	set, err := numa.SetOf(cpus)
 	if err != nil {
 		return err
 	}
@@ -90,11 +98,11 @@ func (in *Injector) injectAffinity(ctx context.Context, st state, topo numa.Topo
 		for _, th := range fresh {
 			done[th.TID] = true
 			if err := unix.SchedSetaffinity(th.TID, &set); err != nil && !errors.Is(err, unix.ESRCH) {
-				return fail(fmt.Errorf("set cpu affinity of thread %d of pid %d to node %d (cpus %s): %w", th.TID, pid, to, numa.FormatCPUList(n.CPUs), err))
+				return fail(fmt.Errorf("set cpu affinity of thread %d of pid %d to node %d (cpus %s): %w", th.TID, pid, to, numa.FormatCPUList(cpus), err))
 			}
 		}
 	}
-	in.logf("numafault: %s: pinned %d threads of pid %d to node %d (cpus %s)", st.Key, len(st.Threads), pid, to, numa.FormatCPUList(n.CPUs))
+	in.logf("numafault: %s: pinned %d threads of pid %d to node %d (cpus %s)", st.Key, len(st.Threads), pid, to, numa.FormatCPUList(cpus))
 	return nil
 }
 

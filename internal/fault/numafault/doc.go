@@ -19,6 +19,13 @@
 // Options.GPUNode (NVML's, through internal/gpu) and the layout from
 // /sys/devices/system/node (internal/numa).
 //
+// The remote node is chosen among those the rank's cpuset allows (its
+// cpuset group's effective CPUs and memory nodes, as a Kubernetes pod's
+// container has one), and a rank is pinned to the CPUs of that node the
+// cpuset allows: the kernel would narrow a wider mask silently, or refuse
+// an empty one. A cpuset that allows no remote node is refused in one line
+// naming what it allows; it is never widened.
+//
 // A rank is named by the pid parameter or, when it is 0, by the target's
 // job and rank: the process whose environment (/proc/PID/environ) holds
 // GPUCHAOS_JOB=<job> and RANK=<rank>.
@@ -35,5 +42,8 @@
 // hidden mode RunHog serves; they die with the thread that started them
 // (Pdeathsig), run in a process group of their own, and end on their own
 // shortly after the time fault.HoldUntil gives, so nothing outlives an
-// experiment that nobody recovers.
+// experiment that nobody recovers. With Options.HogCgroups (the node
+// agent's) a hog first moves into the groups it names, the node level
+// above the agent's pod, and runs without Pdeathsig, so that an agent
+// restart leaves the fault in place for the next agent to recover.
 package numafault

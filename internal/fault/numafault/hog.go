@@ -27,6 +27,15 @@ func hogDuration(ctx context.Context, now time.Time) time.Duration {
 func (in *Injector) hogArgs(ctx context.Context, st state, n numa.Node, v catalog.Values) ([]string, error) {
 	args := []string{"--key=" + st.Key, "--node=" + strconv.Itoa(n.ID),
 		"--duration=" + hogDuration(ctx, time.Now()).String(), "--ready-fd=3"}
+	if in.opts.HogCgroups != nil {
+		dirs, err := in.opts.HogCgroups()
+		if err != nil {
+			return nil, fmt.Errorf("cgroups for the hog: %w", err)
+		}
+		for _, d := range dirs {
+			args = append(args, "--cgroup="+d)
+		}
+	}
 	if in.fault == "numa.memory-pressure" {
 		if !numa.HasMemory(n) {
 			return nil, fmt.Errorf("node %d has no memory", n.ID)
@@ -105,7 +114,7 @@ func (in *Injector) injectHog(ctx context.Context, st state, topo numa.Topology,
 // start runs the hog and returns once its start time is known.
 func (in *Injector) start(args []string, log *os.File, mark string) (*childproc.Child, error) {
 	c, err := in.children.Start(childproc.Spec{Path: in.opts.Exec, Args: args, Output: log,
-		Env: append(os.Environ(), in.opts.env...), NoPdeathsig: in.opts.noPdeathsig, Mark: mark})
+		Env: append(os.Environ(), in.opts.env...), NoPdeathsig: in.opts.noPdeathsig || in.opts.HogCgroups != nil, Mark: mark})
 	if err != nil {
 		return nil, fmt.Errorf("start the hog: %w", err)
 	}

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 
@@ -60,12 +62,27 @@ func RunHog(ctx context.Context, args []string, stderr io.Writer) int {
 	)
 	// The key is only there for ps to show whose hog this is.
 	fs.String("key", "", "the injection key")
+	var groups []string
+	fs.Func("cgroup", "cgroup directory to move into first (repeatable)", func(s string) error {
+		if !filepath.IsAbs(s) || filepath.Clean(s) != s {
+			return fmt.Errorf("%q is not a clean absolute path", s)
+		}
+		groups = append(groups, s)
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	fail := func(code int, err error) int {
 		fmt.Fprintf(stderr, "%s: %v\n", HogCommand, err)
 		return code
+	}
+	// Before anything is taken: memory is charged to the group that
+	// faults it in, and v1 does not move charges along with a process.
+	for _, g := range groups {
+		if err := joinCgroup(g); err != nil {
+			return fail(1, err)
+		}
 	}
 	if *duration <= 0 {
 		return fail(2, errors.New("--duration must be positive"))
@@ -225,4 +242,21 @@ func spin(stop *atomic.Bool) {
 		}
 	}
 	runtime.KeepAlive(x)
+}
+
+// joinCgroup moves this whole process (every thread, on v1 too) into the
+// cgroup directory dir.
+func joinCgroup(dir string) error {
+	f, err := os.OpenFile(filepath.Join(dir, "cgroup.procs"), os.O_WRONLY, 0)
+	if err != nil {
+		return fmt.Errorf("--cgroup: %w", err)
+	}
+	_, err = f.WriteString(strconv.Itoa(os.Getpid()))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("--cgroup: move into %s: %w", dir, err)
+	}
+	return nil
 }

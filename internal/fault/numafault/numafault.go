@@ -61,6 +61,17 @@ type Options struct {
 	// none. Writes are serialised.
 	Log io.Writer
 
+	// HogCgroups, when set, is where a hog goes and how long it lives: it
+	// returns cgroup directories (one per hierarchy, absolute paths) the
+	// hog moves itself into before it takes any memory or CPU, and the hog
+	// is started without Pdeathsig, so it outlives this process until its
+	// hold ends or Recover, from the state file, stops it. The node agent
+	// sets it: a hog it started would otherwise be charged to, and capped
+	// by, the agent's own pod (its memory limit, its cpuset), and a
+	// restarted agent would end every hog fault it had applied. Nil keeps
+	// a hog in this process's groups, dying with it.
+	HogCgroups func() ([]string, error)
+
 	// The seams below are for this package's tests.
 
 	// maxHogBytes caps memory-pressure's allocation when set, so a test
@@ -216,21 +227,30 @@ func (in *Injector) placement(ctx context.Context, gpu int) (numa.Topology, int,
 }
 
 // remoteNode picks the node a rank's pages or threads go to: the node
-// parameter when set (it must qualify and not be the GPU's own), else the
-// qualifying node farthest from the GPU's. A machine with fewer than two
-// qualifying nodes is refused with the count.
-func remoteNode(topo numa.Topology, gpuNode int, param int64, keep func(numa.Node) bool, what string) (int, error) {
+// parameter when set (it must qualify, be allowed and not be the GPU's
+// own), else the qualifying node farthest from the GPU's among those
+// allowed. A machine with fewer than two qualifying nodes is refused with
+// the count; a choice the rank's cpuset rules out, with what the cpuset
+// allows (why, one line: the cpuset is not ours to widen).
+func remoteNode(topo numa.Topology, gpuNode int, param int64, keep func(numa.Node) bool, what string, allowed func(numa.Node) bool, why string) (int, error) {
 	var ok []int
 	for _, n := range topo.Nodes {
 		if keep(n) {
 			ok = append(ok, n.ID)
 		}
 	}
+	if why != "" {
+		why = "; " + why
+	}
 	if len(ok) < 2 {
-		return -1, fmt.Errorf("needs two NUMA nodes with %s; this machine has %d (node %s)", what, len(ok), numa.FormatCPUList(ok))
+		return -1, fmt.Errorf("needs two NUMA nodes with %s; this machine has %d (node %s)%s", what, len(ok), numa.FormatCPUList(ok), why)
 	}
 	if param < 0 {
-		return topo.Farthest(gpuNode, keep)
+		n, err := topo.Farthest(gpuNode, func(n numa.Node) bool { return keep(n) && allowed(n) })
+		if err != nil && why != "" {
+			return -1, fmt.Errorf("no NUMA node with %s other than the gpu's (node %d) is allowed%s", what, gpuNode, why)
+		}
+		return n, err
 	}
 	n, found := topo.Node(int(param))
 	switch {
@@ -240,6 +260,8 @@ func remoteNode(topo numa.Topology, gpuNode int, param int64, keep func(numa.Nod
 		return -1, fmt.Errorf("node %d has no %s", param, what)
 	case n.ID == gpuNode:
 		return -1, fmt.Errorf("node %d is the gpu's own node, which is no fault", param)
+	case !allowed(n):
+		return -1, fmt.Errorf("node %d is not allowed%s", param, why)
 	}
 	return n.ID, nil
 }

@@ -361,8 +361,17 @@ func TestRemoteMemoryOnAFakeSecondNode(t *testing.T) {
 	}
 	v := values(t, f, map[string]string{"pid": strconv.Itoa(rank.Process.Pid)})
 	err = in.Inject(context.Background(), "k", inventory.Ref{Kind: catalog.ScopeRank}, v)
-	if err == nil || !strings.Contains(err.Error(), "migrate_pages pid "+strconv.Itoa(rank.Process.Pid)+" from nodes 0 to 1") {
-		t.Fatalf("inject: %v, want migrate_pages to fail for the absent node 1", err)
+	// The rank's cpuset allows node 0 alone (the only one the machine
+	// has), which the injector sees before the kernel would; without a
+	// cpuset controller the kernel refuses the absent node itself.
+	want := "migrate_pages pid " + strconv.Itoa(rank.Process.Pid) + " from nodes 0 to 1"
+	if cs, cerr := cpusetOf(rank.Process.Pid); cerr != nil {
+		t.Fatal(cerr)
+	} else if cs.restricted() {
+		want = "no NUMA node with memory other than the gpu's (node 0) is allowed; " + cs.describe(rank.Process.Pid)
+	}
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("inject: %v, want an error with %q", err, want)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("state left behind: %v", ents)

@@ -58,11 +58,15 @@ func migratePages(pid int, from, to []int) (int, error) {
 // injectPages moves the rank's pages to the remote node, recording first
 // where they were and where recovery brings them.
 func (in *Injector) injectPages(ctx context.Context, st state, topo numa.Topology, ref inventory.Ref, v catalog.Values) error {
-	to, err := remoteNode(topo, st.GPUNode, v.Int("node"), numa.HasMemory, "memory")
+	pid, err := rankPID(ref, v)
 	if err != nil {
 		return err
 	}
-	pid, err := rankPID(ref, v)
+	cs, err := cpusetOf(pid)
+	if err != nil {
+		return err
+	}
+	to, err := remoteNode(topo, st.GPUNode, v.Int("node"), numa.HasMemory, "memory", cs.memOn, cs.describe(pid))
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,12 @@
 //     slowdown, and moves the rank's threads in. A rank that was
 //     CPU-bound on k CPUs gets k/slowdown, so its steps take slowdown
 //     times as long. Recover moves the threads back to the groups they
-//     came from and removes ours.
+//     came from and removes ours. With Options.PodCgroups (the node
+//     agent's) a rank in a Kubernetes pod's container group stays there:
+//     the container group's own quota (cpu.max, or cpu.cfs_quota_us and
+//     cpu.cfs_period_us on v1) is recorded, set from the CPU the
+//     container's processes use, and written back exactly on recovery; a
+//     container group that is gone is reported gone with that proof.
 //   - straggler by duty-cycle starts a pacer, the hidden command
 //     `gpuchaos pace` (RunPace), that sends the rank SIGSTOP at the start
 //     of every 100 ms period and SIGCONT 1-1/slowdown of it later, on

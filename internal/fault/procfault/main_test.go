@@ -40,6 +40,9 @@ const (
 	// helperCPUsEnv, when set, is a cgroup-cpu straggler's cpus, so the
 	// helper does not measure them first.
 	helperCPUsEnv = "PROCFAULT_HELPER_CPUS"
+	// helperPodEnv, when set, makes the helper's injector the node
+	// agent's (Options.PodCgroups).
+	helperPodEnv = "PROCFAULT_HELPER_POD"
 )
 
 func TestMain(m *testing.M) {
@@ -212,7 +215,9 @@ func injectorHelper() int {
 	if mech == "" {
 		mech = mechanisms[id][0]
 	}
-	in, err := New(f, f.Mechanism(mech), testOptions(os.Getenv(helperStateEnv)))
+	o := testOptions(os.Getenv(helperStateEnv))
+	o.PodCgroups = os.Getenv(helperPodEnv) != ""
+	in, err := New(f, f.Mechanism(mech), o)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "helper:", err)
 		return 1

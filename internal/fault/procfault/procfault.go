@@ -73,6 +73,13 @@ type Options struct {
 	// zero means DefaultTermGrace.
 	TermGrace time.Duration
 
+	// PodCgroups is set by the node agent: a rank that runs in a
+	// Kubernetes pod's container group (kubelet's layout, podproc) is
+	// throttled by cgroup-cpu through that group's own quota, restored on
+	// recovery, rather than moved into a group of ours, which would take
+	// it out of the pod's. Ranks outside pods are confined as always.
+	PodCgroups bool
+
 	// env is added to the pacer's environment, for this package's tests.
 	env []string
 }
@@ -184,6 +191,10 @@ func (in *Injector) Recover(ctx context.Context, key string) error {
 		case idStraggler:
 			if st.Mechanism == mechDutyCycle {
 				proof, err = in.unpace(ctx, key, st)
+				break
+			}
+			if st.PodQuota != nil {
+				proof, err = in.releasePod(key, st)
 				break
 			}
 			proof, err = in.release(key, st)
@@ -412,11 +423,16 @@ func (in *Injector) straggle(ctx context.Context, key string, st state, v catalo
 		return fmt.Errorf("slowdown %v is not at least 1", st.Slowdown)
 	}
 	st.CPUs = v.Float("cpus")
+	window := v.Duration("window")
+	if window <= 0 {
+		window = time.Second
+	}
+	if h, dir, err := in.podContainer(st.Proc); err != nil {
+		return err
+	} else if dir != "" {
+		return in.straggleInPod(ctx, key, st, h, dir, window)
+	}
 	if st.CPUs == 0 {
-		window := v.Duration("window")
-		if window <= 0 {
-			window = time.Second
-		}
 		cpus, err := measureCPUs(ctx, st.Proc, window)
 		if err != nil {
 			return err

@@ -451,10 +451,19 @@ func TestParseState(t *testing.T) {
 	t.Parallel()
 	good := `{"version":1,"key":"k","fault":"workload.hang-rank","proc":{"pid":100,"start_ticks":5},"rank":0,"created":"2026-01-01T00:00:00Z"}`
 	conf := `{"version":1,"mount":"/sys/fs/cgroup/cpu","controller":"cpu","proc":{"pid":100,"start_ticks":5},"home":"/","dir":"/gpuchaos-x","files":[],"moves":[]}`
+	ctr := "/kubepods/burstable/pod0f0e0d0c-0b0a-0908-0706-050403020100/" + strings.Repeat("ab", 32)
+	pq := `{"version":1,"mount":"/sys/fs/cgroup/cpu","controller":"cpu","dir":"` + ctr + `","before":[{"name":"cpu.cfs_period_us","value":"50000"},{"name":"cpu.cfs_quota_us","value":"-1"}],"files":[{"name":"cpu.cfs_period_us","value":"100000"},{"name":"cpu.cfs_quota_us","value":"50000"}]}`
 	tests := []struct {
 		name, in, wantErr string
 	}{
 		{"hang", good, ""},
+		{"straggler in a pod", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","pod_quota":`+pq, 1), ""},
+		{"pod quota beside a confinement", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","confinement":`+conf+`,"pod_quota":`+pq, 1), "both"},
+		{"pod quota on the pod's own group", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","pod_quota":`+strings.Replace(pq, "/"+strings.Repeat("ab", 32), "", 1), 1), "not a pod container's"},
+		{"pod quota below the container's group", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","pod_quota":`+strings.Replace(pq, strings.Repeat("ab", 32), strings.Repeat("ab", 32)+"/x", 1), 1), "not a pod container's"},
+		{"pod quota outside the mount", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","pod_quota":`+strings.Replace(pq, "/kubepods", "/../kubepods", 1), 1), "clean absolute"},
+		{"pod quota writing another file", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","pod_quota":`+strings.Replace(pq, `"cpu.cfs_quota_us","value":"50000"`, `"cgroup.procs","value":"1"`, 1), 1), "quota file"},
+		{"duty cycle with a pod quota", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","mechanism":"duty-cycle","pod_quota":`+pq, 1), "with a confinement"},
 		{"kill", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.kill-rank","signal":"SIGTERM"`, 1), ""},
 		{"straggler", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.straggler","confinement":`+conf, 1), ""},
 		{"kill with a foreign signal", strings.Replace(good, `"fault":"workload.hang-rank"`, `"fault":"workload.kill-rank","signal":"SIGSTOP"`, 1), "signal"},
@@ -499,6 +508,7 @@ func FuzzParseState(f *testing.F) {
 	f.Add([]byte(`{"version":1,"key":"k","fault":"workload.hang-rank","proc":{"pid":100,"start_ticks":5},"rank":0}`))
 	f.Add([]byte(`{"version":1,"key":"k","fault":"workload.kill-rank","signal":"SIGKILL","proc":{"pid":2,"start_ticks":1}}`))
 	f.Add([]byte(`{"version":1,"key":"k","fault":"workload.straggler","mechanism":"duty-cycle","proc":{"pid":2,"start_ticks":1},"pacer":{"pid":3,"start_ticks":1}}`))
+	f.Add([]byte(`{"version":1,"key":"k","fault":"workload.straggler","proc":{"pid":2,"start_ticks":1},"pod_quota":{"version":2,"mount":"/sys/fs/cgroup","controller":"cpu","dir":"/kubepods.slice/kubepods-pod0f0e0d0c_0b0a_0908_0706_050403020100.slice/cri-containerd-` + strings.Repeat("ab", 32) + `.scope","before":[{"name":"cpu.max","value":"max 100000"}],"files":[{"name":"cpu.max","value":"50000 100000"}]}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		st, err := parseState(b)
 		if err != nil {
@@ -509,7 +519,11 @@ func FuzzParseState(f *testing.F) {
 		if st.Proc.PID <= 1 || st.Proc.StartTicks == 0 {
 			t.Fatalf("accepted process %+v", st.Proc)
 		}
-		if st.Fault == idStraggler && st.Mechanism != mechDutyCycle && (st.Confinement == nil || st.Confinement.Validate() != nil) {
+		if st.Fault == idStraggler && st.Mechanism != mechDutyCycle && st.PodQuota != nil {
+			if st.Confinement != nil || st.PodQuota.validate() != nil {
+				t.Fatalf("accepted a pod quota that does not validate, or beside a confinement")
+			}
+		} else if st.Fault == idStraggler && st.Mechanism != mechDutyCycle && (st.Confinement == nil || st.Confinement.Validate() != nil) {
 			t.Fatalf("accepted a straggler record without a valid confinement")
 		}
 		if st.Pacer != nil && (st.Mechanism != mechDutyCycle || !st.Pacer.Valid() || st.Pacer.PID == st.Proc.PID) {

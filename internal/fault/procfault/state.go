@@ -35,6 +35,9 @@ type state struct {
 	CPUs        float64             `json:"cpus,omitempty"`
 	Slowdown    float64             `json:"slowdown,omitempty"`
 	Confinement *cgroup.Confinement `json:"confinement,omitempty"`
+	// PodQuota replaces Confinement for a rank in a pod's container
+	// (Options.PodCgroups): the container group's quota, before and ours.
+	PodQuota *podQuota `json:"pod_quota,omitempty"`
 
 	// Mechanism is the straggler's mechanism; empty means cgroup-cpu,
 	// the only one records of this version had before duty-cycle.
@@ -69,7 +72,7 @@ func parseState(b []byte) (state, error) {
 	case idStraggler:
 		switch st.Mechanism {
 		case mechDutyCycle:
-			if st.Confinement != nil {
+			if st.Confinement != nil || st.PodQuota != nil {
 				return state{}, errors.New("duty-cycle straggler with a confinement")
 			}
 			if st.Pacer != nil && (!st.Pacer.Valid() || st.Pacer.PID == st.Proc.PID) {
@@ -82,6 +85,15 @@ func parseState(b []byte) (state, error) {
 		}
 		if st.Pacer != nil {
 			return state{}, errors.New("cgroup-cpu straggler with a pacer")
+		}
+		if st.PodQuota != nil {
+			if st.Confinement != nil {
+				return state{}, errors.New("straggler with both a confinement and a pod quota")
+			}
+			if err := st.PodQuota.validate(); err != nil {
+				return state{}, fmt.Errorf("pod quota: %w", err)
+			}
+			return st, nil
 		}
 		if st.Confinement == nil {
 			return state{}, errors.New("straggler without a confinement")

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -64,4 +65,53 @@ func Join(t testing.TB, mount, group string, pid int) {
 	if err := os.WriteFile(filepath.Join(mount, group, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
 		t.Fatalf("move pid %d into %s: %v", pid, group, err)
 	}
+}
+
+// KubePod is a pod's groups in one real hierarchy, in kubelet's layout:
+// Pod is the pod's group and Container its one app container's, both
+// relative to Mount.
+type KubePod struct {
+	Mount, Pod, Container string
+}
+
+// NewKubePod makes the groups of pod uid with app container id (64 hex
+// digits) below base, a group of the hierarchy the test may use (a prefix
+// kubelet's --cgroup-root would make): systemd's Burstable layout on v2,
+// cgroupfs's on v1. On v2 it enables controllers for the children of each
+// group it makes from base down, so the container's group has their files
+// (base must then hold no process, as v2 requires of a group that hands
+// controllers down). Cleanup removes the groups once they are empty.
+func NewKubePod(t testing.TB, v2 bool, mount, base, uid, id string, controllers ...string) KubePod {
+	t.Helper()
+	p := KubePod{Mount: mount}
+	if v2 {
+		p.Pod = filepath.Join(base, "kubepods.slice", "kubepods-burstable.slice", "kubepods-burstable-pod"+strings.ReplaceAll(uid, "-", "_")+".slice")
+		p.Container = filepath.Join(p.Pod, "cri-containerd-"+id+".scope")
+	} else {
+		p.Pod = filepath.Join(base, "kubepods", "burstable", "pod"+uid)
+		p.Container = filepath.Join(p.Pod, id)
+	}
+	made := MkGroups(t, mount, []string{p.Container})
+	t.Cleanup(func() { RmGroups(t, made) })
+	if v2 && len(controllers) > 0 {
+		var enable []string
+		for _, c := range controllers {
+			enable = append(enable, "+"+c)
+		}
+		// From the top down: a group offers its children only what its
+		// parent offers it.
+		var dirs []string
+		for dir := filepath.Dir(p.Container); ; dir = filepath.Dir(dir) {
+			dirs = append([]string{dir}, dirs...)
+			if dir == filepath.Clean(base) || dir == "/" {
+				break
+			}
+		}
+		for _, dir := range dirs {
+			if err := os.WriteFile(filepath.Join(mount, dir, "cgroup.subtree_control"), []byte(strings.Join(enable, " ")), 0o644); err != nil {
+				t.Fatalf("enable %v for the children of %s: %v", controllers, dir, err)
+			}
+		}
+	}
+	return p
 }
