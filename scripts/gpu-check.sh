@@ -17,6 +17,9 @@
 #            SM burn, noisy neighbour) with probes on the kernel log and
 #            the agent's exporter, and a SIGKILLed run recovered by the
 #            next (local.sh)
+#   image    the chart's container image (IMAGE, scripts/build-image)
+#            unpacked and run under chroot with only the driver's NVML
+#            added, as the NVIDIA runtime runs the agent's pod (image.sh)
 #
 # It never changes clocks, power limits, persistence, compute or MIG mode,
 # never resets a GPU, and bounds every burn to 60 s.
@@ -52,8 +55,8 @@ for s in "${sections[@]}"; do
 	t0=$(date +%s)
 	case $s in
 	agent) python3 scripts/gpu-check/agent.py "$dir" ;;
-	burn | xid | exhaust | local) bash "scripts/gpu-check/$s.sh" "$dir" ;;
-	*) echo "gpu-check: unknown section $s (burn agent xid exhaust local)" >&2; false ;;
+	burn | xid | exhaust | local | image) bash "scripts/gpu-check/$s.sh" "$dir" ;;
+	*) echo "gpu-check: unknown section $s (burn agent xid exhaust local image)" >&2; false ;;
 	esac
 	rc=$?
 	echo "== $s done in $(($(date +%s) - t0)) s, exit $rc" >&2
