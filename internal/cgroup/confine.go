@@ -190,7 +190,7 @@ func (c *Confinement) Apply() error {
 		return fmt.Errorf("confine pid %d: create %s: %w", c.Proc.PID, dir, err)
 	}
 	for _, f := range c.Files {
-		if err := writeFile(filepath.Join(dir, f.Name), f.Value); err != nil {
+		if err := WriteFile(filepath.Join(dir, f.Name), f.Value); err != nil {
 			return fmt.Errorf("confine pid %d: %w", c.Proc.PID, err)
 		}
 	}
@@ -203,7 +203,7 @@ func (c *Confinement) Apply() error {
 		return fmt.Errorf("confine pid %d: %w", c.Proc.PID, err)
 	}
 	if c.Version == V2 {
-		err := writeFile(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(c.Proc.PID))
+		err := WriteFile(filepath.Join(dir, "cgroup.procs"), strconv.Itoa(c.Proc.PID))
 		if err != nil {
 			return fmt.Errorf("confine pid %d: %w", c.Proc.PID, err)
 		}
@@ -220,7 +220,7 @@ func (c *Confinement) Apply() error {
 			if err != nil || g == c.Dir {
 				continue
 			}
-			if err := writeFile(filepath.Join(dir, "tasks"), strconv.Itoa(tid)); err != nil {
+			if err := WriteFile(filepath.Join(dir, "tasks"), strconv.Itoa(tid)); err != nil {
 				if errors.Is(err, syscall.ESRCH) {
 					continue
 				}
@@ -261,10 +261,10 @@ func (c *Confinement) Release() error {
 			if !ok {
 				dest = c.Home
 			}
-			err := writeFile(filepath.Join(c.abs(dest), c.membersFile()), strconv.Itoa(id))
+			err := WriteFile(filepath.Join(c.abs(dest), c.membersFile()), strconv.Itoa(id))
 			if errors.Is(err, os.ErrNotExist) && dest != c.Home {
 				// Its own group went away: home is the next best place.
-				err = writeFile(filepath.Join(c.abs(c.Home), c.membersFile()), strconv.Itoa(id))
+				err = WriteFile(filepath.Join(c.abs(c.Home), c.membersFile()), strconv.Itoa(id))
 			}
 			if err != nil && !errors.Is(err, syscall.ESRCH) {
 				return fmt.Errorf("release %s: move %d back to %s: %w", dir, id, dest, err)
@@ -304,9 +304,9 @@ func readIDs(file string) ([]int, error) {
 	return ids, nil
 }
 
-// writeFile writes one value to a cgroup file in a single write, as the
+// WriteFile writes one value to a cgroup file in a single write, as the
 // kernel expects, without creating or truncating anything.
-func writeFile(file, value string) error {
+func WriteFile(file, value string) error {
 	f, err := os.OpenFile(file, os.O_WRONLY, 0)
 	if err != nil {
 		return err

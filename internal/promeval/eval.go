@@ -271,7 +271,7 @@ func newEvaluator(set *rules.Set, src Source, start time.Time, opts Options, onl
 			}
 			// Evaluations are at multiples of the interval since the
 			// epoch (Prometheus adds a per-group phase we leave out).
-			g.next = ceilTo(start.UnixMilli(), g.interval)
+			g.next = CeilTo(start.UnixMilli(), g.interval)
 			groups[k] = g
 			e.groups = append(e.groups, g)
 		}
@@ -454,7 +454,7 @@ func (e *evaluator) advance(ctx context.Context, to time.Time) error {
 			continue
 		}
 		g := rs.grp
-		last := floorTo(toMs, g.interval)
+		last := FloorTo(toMs, g.interval)
 		if last < g.next {
 			continue
 		}
@@ -469,7 +469,7 @@ func (e *evaluator) advance(ctx context.Context, to time.Time) error {
 		}
 	}
 	for _, g := range e.groups {
-		if last := floorTo(toMs, g.interval); last >= g.next {
+		if last := FloorTo(toMs, g.interval); last >= g.next {
 			g.next = last + g.interval
 		}
 	}
@@ -845,7 +845,9 @@ func (rs *ruleState) sortedAlerts() []*Alert {
 	return out
 }
 
-func ceilTo(ms, step int64) int64 {
+// CeilTo rounds ms up to a multiple of step (evaluation times of a rule
+// group fall on multiples of its interval).
+func CeilTo(ms, step int64) int64 {
 	r := ((ms % step) + step) % step
 	if r == 0 {
 		return ms
@@ -853,6 +855,7 @@ func ceilTo(ms, step int64) int64 {
 	return ms - r + step
 }
 
-func floorTo(ms, step int64) int64 {
+// FloorTo rounds ms down to a multiple of step.
+func FloorTo(ms, step int64) int64 {
 	return ms - ((ms%step)+step)%step
 }

@@ -173,12 +173,12 @@ func (in *Injector) straggleInPod(ctx context.Context, key string, st state, h c
 func (q *podQuota) write(files []cgroup.File) error {
 	abs := filepath.Join(q.Mount, q.Dir)
 	if q.Version == cgroup.V1 {
-		if err := writeCgroup(filepath.Join(abs, "cpu.cfs_quota_us"), "-1"); err != nil {
+		if err := cgroup.WriteFile(filepath.Join(abs, "cpu.cfs_quota_us"), "-1"); err != nil {
 			return err
 		}
 	}
 	for _, f := range files {
-		if err := writeCgroup(filepath.Join(abs, f.Name), f.Value); err != nil {
+		if err := cgroup.WriteFile(filepath.Join(abs, f.Name), f.Value); err != nil {
 			return err
 		}
 	}
@@ -304,21 +304,4 @@ func measureGroup(ctx context.Context, pids []int, window time.Duration) (float6
 		}
 	}
 	return max(used/procfind.ClockTicks/time.Since(t0).Seconds(), 0.1), nil
-}
-
-// writeCgroup writes one value to a cgroup file in a single write, as the
-// kernel expects, without creating or truncating anything.
-func writeCgroup(file, value string) error {
-	f, err := os.OpenFile(file, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	_, err = f.WriteString(value)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write %q to %s: %w", value, file, err)
-	}
-	return nil
 }

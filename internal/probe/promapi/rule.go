@@ -107,9 +107,9 @@ func (p *RuleProbe) Observe(ctx context.Context) (probe.Observation, error) {
 	if p.next == 0 {
 		// As probe.NewAlertProbe's first observation: from as far back
 		// as for: and keep_firing_for reach, plus one step.
-		p.next = ceilTo(now-(p.rule.For+p.rule.KeepFiringFor+p.step).Milliseconds(), step)
+		p.next = promeval.CeilTo(now-(p.rule.For+p.rule.KeepFiringFor+p.step).Milliseconds(), step)
 	}
-	if last := floorTo(now, step); last >= p.next {
+	if last := promeval.FloorTo(now, step); last >= p.next {
 		if err := p.evaluate(ctx, p.next, last); err != nil {
 			return probe.Observation{}, fmt.Errorf("probe %s: %w", p.name, err)
 		}
@@ -211,16 +211,4 @@ func (p *RuleProbe) observation() probe.Observation {
 	first := slices.DeleteFunc(slices.Clone(firing[0].Labels), func(l series.Label) bool { return l.Name == labels.AlertName })
 	obs.Detail = fmt.Sprintf("%s firing, first %s = %g", what, first, firing[0].Value)
 	return obs
-}
-
-func ceilTo(ms, step int64) int64 {
-	r := ((ms % step) + step) % step
-	if r == 0 {
-		return ms
-	}
-	return ms - r + step
-}
-
-func floorTo(ms, step int64) int64 {
-	return ms - ((ms%step)+step)%step
 }
