@@ -2,8 +2,6 @@ package numafault
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -36,13 +34,8 @@ func podCpuset(t *testing.T, pid int, cpus, mems string) string {
 	if err != nil {
 		kubetest.Missing(t, fmt.Sprintf("no cpuset cgroup controller: %v", err))
 	}
-	b := make([]byte, 48)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	x := hex.EncodeToString(b)
-	uid := x[:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
-	pod := podproctest.NewKubePod(t, h.Version == cgroup.V2, h.Mount, "/", uid, x[32:]+x[:32], "cpuset")
+	uid, id := podproctest.RandomIDs(t)
+	pod := podproctest.NewKubePod(t, h.Version == cgroup.V2, h.Mount, "/", uid, id, "cpuset")
 	// A v1 cpuset group starts with no cpus and no mems and takes no task
 	// until given some; each level gets its parent's, the container the
 	// narrowed set, as kubelet's CPU manager does.

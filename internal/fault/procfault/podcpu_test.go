@@ -2,8 +2,6 @@ package procfault
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -35,13 +33,7 @@ func podContainerGroup(t *testing.T) (cgroup.Hierarchy, podproctest.KubePod) {
 	if err != nil {
 		kubetest.Missing(t, fmt.Sprintf("no cpu cgroup controller: %v", err))
 	}
-	b := make([]byte, 48)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	x := hex.EncodeToString(b)
-	uid := x[:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
-	id := x[32:] + x[:32]
+	uid, id := podproctest.RandomIDs(t)
 	return h, podproctest.NewKubePod(t, h.Version == cgroup.V2, h.Mount, "/", uid, id, "cpu")
 }
 

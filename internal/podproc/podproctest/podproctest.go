@@ -5,6 +5,8 @@
 package podproctest
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -114,4 +116,17 @@ func NewKubePod(t testing.TB, v2 bool, mount, base, uid, id string, controllers 
 		}
 	}
 	return p
+}
+
+// RandomIDs returns a fresh pod uid (in the API server's UUID form) and a
+// container id (64 hex digits, as containerd's), so that tests running at
+// once on one machine never share a group.
+func RandomIDs(t testing.TB) (uid, container string) {
+	t.Helper()
+	b := make([]byte, 48)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	x := hex.EncodeToString(b)
+	return x[:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32], x[32:] + x[:32]
 }
