@@ -453,9 +453,20 @@ func TestTorchWorkload(t *testing.T) {
 			if !errors.Is(j.err, ErrRestartsExhausted) || j.res.Restarts != 1 {
 				j.failf(t, "Run: %v, %d restarts; want restarts exhausted after 1", j.err, j.res.Restarts)
 			}
+			// Rank 0 (the one that saves) exits with the save-failed
+			// status and the others fail after it, their peer gone. Exits
+			// are in the order the supervisor reaped them, which a loaded
+			// machine can swap when both end within a moment, so the test
+			// holds the statuses, not the order.
 			for _, a := range j.res.Attempts {
-				if len(a.Exits) == 0 || a.Exits[0].Rank != 0 || a.Exits[0].Code != ExitSaveFailed {
-					t.Errorf("attempt %d exits %+v, want rank 0 first with status %d", a.Number, a.Exits, ExitSaveFailed)
+				var saveFailed []int
+				for _, e := range a.Exits {
+					if e.Code == ExitSaveFailed {
+						saveFailed = append(saveFailed, e.Rank)
+					}
+				}
+				if !slices.Equal(saveFailed, []int{0}) {
+					t.Errorf("attempt %d exits %+v: ranks %v exited with status %d, want rank 0 alone", a.Number, a.Exits, saveFailed, ExitSaveFailed)
 				}
 			}
 		})
