@@ -81,6 +81,13 @@ func (f *Fault) Resolve(raw map[string]string) (Values, error) {
 	return out, nil
 }
 
+// ActsInNetNS reports whether f acts in a network namespace: its pid
+// parameter names the namespace (a pod's, through one of its processes)
+// beside an interface in it, as the network and ebpf faults' do. The k8s
+// target aims such a fault at pods by it, and the node agent resolves a
+// pod's namespace rather than its rank's process for it.
+func (f *Fault) ActsInNetNS() bool { return f.Param("interface") != nil && f.Param("pid") != nil }
+
 // Param returns the declaration of a parameter, or nil.
 func (f *Fault) Param(name string) *Param {
 	for i := range f.Params {

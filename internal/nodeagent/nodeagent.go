@@ -599,7 +599,7 @@ func (a *Agent) podParams(f *catalog.Fault, nf *v1alpha1.NodeFault) (map[string]
 	}
 	var pid int
 	var err error
-	if netnsFault(f) {
+	if f.ActsInNetNS() {
 		var ns podproc.NetNS
 		// A pod on the node's network (hostNetwork) is refused: its
 		// "own" namespace is the node's, and every pod like it would be
@@ -619,11 +619,6 @@ func (a *Agent) podParams(f *catalog.Fault, nf *v1alpha1.NodeFault) (map[string]
 	params["pid"] = strconv.Itoa(pid)
 	return params, nil
 }
-
-// netnsFault reports whether f's pid parameter names a network namespace
-// rather than a rank: the network and ebpf faults, which take the
-// interface in that namespace beside it.
-func netnsFault(f *catalog.Fault) bool { return f.Param("interface") != nil }
 
 // ref is the inventory reference of nf's target on this node; a gpu is
 // looked up by index among the node's GPUs, for its UUID and bus id.

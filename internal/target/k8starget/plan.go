@@ -46,11 +46,6 @@ var jobPods = map[string]podRule{
 	"checkpoint.storage-partition/cls-bpf": everyPod,
 }
 
-// netnsFault reports whether f acts in a network namespace: the network
-// and ebpf faults, whose pid parameter names the namespace beside an
-// interface in it (the agent's rule too).
-func netnsFault(f *catalog.Fault) bool { return f.Param("interface") != nil && f.Param("pid") != nil }
-
 // aims resolves one injection of mechanism m of f on ref into where its
 // NodeFaults act, given the experiment's selector. fanned says the aims
 // are pods the target chose (one NodeFault each, named after its pod),
@@ -78,7 +73,7 @@ func (t *Target) aims(sel v1alpha1.Selector, f *catalog.Fault, m *catalog.Mechan
 		// layout, but a node can run several ranks in pods of their own
 		// (small GPUs, CPU ranks), so each pod gets its NodeFault. A
 		// selector of nodes or GPUs alone means the node's own network.
-		if !netnsFault(f) || len(sel.Jobs) == 0 && len(sel.Ranks) == 0 {
+		if !f.ActsInNetNS() || len(sel.Jobs) == 0 && len(sel.Ranks) == 0 {
 			return []Aim{{Node: ref.Node}}, false, nil
 		}
 		for _, j := range jobs {
