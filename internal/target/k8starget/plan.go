@@ -84,9 +84,7 @@ func (t *Target) aims(sel v1alpha1.Selector, f *catalog.Fault, m *catalog.Mechan
 				if r.Node != ref.Node || len(sel.Ranks) > 0 && !slices.Contains(sel.Ranks, r.Rank) {
 					continue
 				}
-				if a, ok := podAim(pods, j.Name, r.Rank); ok && !slices.ContainsFunc(aims, func(x Aim) bool { return x.PodUID == a.PodUID }) {
-					aims = append(aims, a)
-				}
+				aims = addPodAim(aims, pods, j.Name, r.Rank)
 			}
 		}
 		if len(aims) == 0 {
@@ -102,9 +100,7 @@ func (t *Target) aims(sel v1alpha1.Selector, f *catalog.Fault, m *catalog.Mechan
 		if i >= 0 {
 			// Ranks are sorted: the first is the lowest.
 			for _, r := range jobs[i].Ranks {
-				if a, ok := podAim(pods, ref.Job, r.Rank); ok && !slices.ContainsFunc(aims, func(x Aim) bool { return x.PodUID == a.PodUID }) {
-					aims = append(aims, a)
-				}
+				aims = addPodAim(aims, pods, ref.Job, r.Rank)
 			}
 		}
 		if len(aims) == 0 {
@@ -118,12 +114,14 @@ func (t *Target) aims(sel v1alpha1.Selector, f *catalog.Fault, m *catalog.Mechan
 	return []Aim{{Node: ref.Node}}, false, nil
 }
 
-func podAim(pods map[string]PodRef, job string, rank int) (Aim, bool) {
+// addPodAim appends the pod that runs rank of job, unless it has no node
+// yet or is there already (a pod may run several ranks).
+func addPodAim(aims []Aim, pods map[string]PodRef, job string, rank int) []Aim {
 	p, ok := pods[rankKey(job, rank)]
-	if !ok || p.Node == "" {
-		return Aim{}, false
+	if !ok || p.Node == "" || slices.ContainsFunc(aims, func(x Aim) bool { return x.PodUID == p.UID }) {
+		return aims
 	}
-	return Aim{Node: p.Node, Job: job, Rank: &rank, Pod: p.Namespace + "/" + p.Name, PodUID: p.UID}, true
+	return append(aims, Aim{Node: p.Node, Job: job, Rank: &rank, Pod: p.Namespace + "/" + p.Name, PodUID: p.UID})
 }
 
 // Aims lists where the injection of mechanism mech of fault on ref would
