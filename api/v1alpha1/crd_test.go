@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
-	"github.com/gpuchaos/gpuchaos/internal/kubetest"
+	"github.com/gpuchaos/gpuchaos/internal/harness/kubetest"
 )
 
 // TestCRDsOnRealAPIServer installs the generated CRDs on a real

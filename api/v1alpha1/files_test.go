@@ -7,11 +7,11 @@ import (
 	"testing"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 )
 
 // detectors are built-in detector names the example files use. The real
-// list lives in internal/probe; the test keeps its own so that the API
+// list lives in internal/detect/probe; the test keeps its own so that the API
 // package's tests do not depend on the twin.
 var detectors = []string{
 	"dcgm-xid-errors", "dcgm-gpu-temp-high", "dcgm-fb-nearly-full",
@@ -76,7 +76,7 @@ func TestBadFiles(t *testing.T) {
 		"prometheus-value-string.yaml":    `testdata/bad/prometheus-value-string.yaml:15: spec.expectations[0].probe.prometheus.value: must be a number, got string "85"`,
 		"negative-blast-radius.yaml":      `testdata/bad/negative-blast-radius.yaml:10: spec.blastRadius.maxGPUs: must not be negative, got -1`,
 		// Valid as a file: the cap is exceeded only once targets are
-		// selected (internal/target's tests and the run command check it).
+		// selected (internal/run/target's tests and the run command check it).
 		"blast-radius.yaml": "",
 	}
 	files, err := filepath.Glob("testdata/bad/*.yaml")

@@ -15,8 +15,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gpuchaos/gpuchaos/internal/limitread"
-	names "github.com/gpuchaos/gpuchaos/internal/suggest"
+	"github.com/gpuchaos/gpuchaos/internal/model/limitread"
+	names "github.com/gpuchaos/gpuchaos/internal/model/suggest"
 )
 
 // maxYAMLNodes bounds the nodes Load visits with aliases expanded, so that a

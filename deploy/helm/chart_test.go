@@ -29,8 +29,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
-	"github.com/gpuchaos/gpuchaos/internal/kubetest"
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/harness/kubetest"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
 )
 
 // HelmVersion is the helm scripts/setup-helm builds; a test holds the two
@@ -298,7 +298,7 @@ func TestAgentDaemonSet(t *testing.T) {
 // source so the dashboard cannot name one that was renamed.
 func agentSeries(t *testing.T) map[string]bool {
 	t.Helper()
-	b, err := os.ReadFile("../../internal/agent/exposition.go")
+	b, err := os.ReadFile("../../internal/node/exporter/exposition.go")
 	if err != nil {
 		t.Fatal(err)
 	}

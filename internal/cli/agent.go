@@ -19,15 +19,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/gpuchaos/gpuchaos/internal/agent"
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
-	"github.com/gpuchaos/gpuchaos/internal/gpu"
-	"github.com/gpuchaos/gpuchaos/internal/kmsg"
-	"github.com/gpuchaos/gpuchaos/internal/nodeagent"
+	"github.com/gpuchaos/gpuchaos/internal/kube/nodeagent"
+	"github.com/gpuchaos/gpuchaos/internal/node/exporter"
+	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/node/kmsg"
+	"github.com/gpuchaos/gpuchaos/internal/node/xidwatch"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 	"github.com/gpuchaos/gpuchaos/internal/twin/live"
 	"github.com/gpuchaos/gpuchaos/internal/twin/twingpu"
-	"github.com/gpuchaos/gpuchaos/internal/xidwatch"
 )
 
 // agentFlags are the flags of 'agent'.
@@ -117,8 +117,8 @@ Ctrl-C.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&fl.listen, "listen", ":9400", "address to serve on (dcgm-exporter's port, all interfaces like it)")
-	f.DurationVar(&fl.interval, "interval", agent.DefaultInterval, "how often to sample the GPUs")
-	f.DurationVar(&fl.numa, "numa-interval", agent.DefaultNUMAInterval, "how often to judge the NUMA alignment of every GPU process (gpuchaos_numa_*; 0: off)")
+	f.DurationVar(&fl.interval, "interval", exporter.DefaultInterval, "how often to sample the GPUs")
+	f.DurationVar(&fl.numa, "numa-interval", exporter.DefaultNUMAInterval, "how often to judge the NUMA alignment of every GPU process (gpuchaos_numa_*; 0: off)")
 	f.StringVar(&fl.hostname, "hostname", "", "Hostname label (default: this machine's host name)")
 	f.BoolVar(&fl.twin, "twin", false, "read a simulated node of the digital twin instead of NVML")
 	f.IntVar(&fl.twinGPUs, "twin-gpus", 2, "GPUs of the simulated node (with --twin)")
@@ -209,7 +209,7 @@ func (fl agentFlags) run(cmd *cobra.Command) error {
 		}
 	}
 
-	a, err := agent.New(ctx, agent.Options{
+	a, err := exporter.New(ctx, exporter.Options{
 		Source: src, SourceName: srcName, Interval: fl.interval, NUMAInterval: fl.numa,
 		Hostname: fl.hostname, Version: buildVersion(), Logger: log.With("component", "agent"),
 	})
@@ -273,7 +273,7 @@ func (fl agentFlags) newNodeAgent(devs []gpu.Device, log *slog.Logger) (*nodeage
 // resolving the line's bus id to one of a's GPUs. When the log cannot be
 // read (not root, no such device) it warns once on warn and returns: the
 // agent still serves everything else. The returned func stops the watch.
-func watchXIDs(ctx context.Context, a *agent.Agent, path string, warn io.Writer) (stop func()) {
+func watchXIDs(ctx context.Context, a *exporter.Agent, path string, warn io.Writer) (stop func()) {
 	w, err := xidwatch.Start(ctx, xidwatch.Options{
 		Kmsg:    kmsg.Options{Path: path},
 		Resolve: xidwatch.GPUResolver(a.Devices()),
@@ -293,7 +293,7 @@ func watchXIDs(ctx context.Context, a *agent.Agent, path string, warn io.Writer)
 // serveAgent runs the agent's sampling loop, the twin behind it (when
 // there is one) and the HTTP server until ctx ends or one of them fails,
 // then stops all and waits for them.
-func serveAgent(ctx context.Context, a *agent.Agent, r *live.Runner, ln net.Listener, more ...func(context.Context) error) error {
+func serveAgent(ctx context.Context, a *exporter.Agent, r *live.Runner, ln net.Listener, more ...func(context.Context) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	srv := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second}

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/kmsg"
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
-	"github.com/gpuchaos/gpuchaos/internal/xid"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/model/xid"
+	"github.com/gpuchaos/gpuchaos/internal/node/kmsg"
 )
 
 // startTwinAgent runs 'agent --twin' with extra flags until the test ends

@@ -16,9 +16,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuchaos/gpuchaos/internal/burn"
-	"github.com/gpuchaos/gpuchaos/internal/cuda"
-	"github.com/gpuchaos/gpuchaos/internal/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/gputools/burn"
+	"github.com/gpuchaos/gpuchaos/internal/node/cuda"
+	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
 )
 
 func newBurnCmd() *cobra.Command {

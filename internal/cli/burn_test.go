@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuchaos/gpuchaos/internal/burn"
-	"github.com/gpuchaos/gpuchaos/internal/cuda"
+	"github.com/gpuchaos/gpuchaos/internal/gputools/burn"
+	"github.com/gpuchaos/gpuchaos/internal/node/cuda"
 )
 
 func TestBurnCommandInput(t *testing.T) {

@@ -6,12 +6,12 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpuchaos/gpuchaos/internal/operator"
-	"github.com/gpuchaos/gpuchaos/internal/target/k8starget"
+	"github.com/gpuchaos/gpuchaos/internal/kube/controller"
+	"github.com/gpuchaos/gpuchaos/internal/kube/kubetarget"
 )
 
 func newControllerCmd() *cobra.Command {
-	var opts operator.Options
+	var opts controller.Options
 	var kubeconfig string
 	cmd := &cobra.Command{
 		Use:   "controller",
@@ -48,12 +48,12 @@ Logs are JSON lines on stderr at level info, unless --log-format or
 			if !cmd.Flags().Changed("log-format") && !cmd.Flags().Changed("log-level") {
 				log = slog.New(slog.NewJSONHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
 			}
-			cfg, err := k8starget.RESTConfig(kubeconfig)
+			cfg, err := kubetarget.RESTConfig(kubeconfig)
 			if err != nil {
 				return err
 			}
 			opts.Config, opts.Logger = cfg, log
-			mgr, err := operator.New(opts)
+			mgr, err := controller.New(opts)
 			if err != nil {
 				return failed(err)
 			}
@@ -66,7 +66,7 @@ Logs are JSON lines on stderr at level info, unless --log-format or
 	}
 	f := cmd.Flags()
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: the in-cluster config, else $KUBECONFIG or ~/.kube/config)")
-	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "act only while holding the Lease "+operator.DefaultLeaderElectionID+", so that one of several replicas runs Experiments")
+	f.BoolVar(&opts.LeaderElection, "leader-elect", true, "act only while holding the Lease "+controller.DefaultLeaderElectionID+", so that one of several replicas runs Experiments")
 	f.StringVar(&opts.LeaderElectionNamespace, "leader-election-namespace", "", "namespace of the Lease (default: the namespace the controller runs in)")
 	f.StringVar(&opts.Prometheus, "prometheus", "", "Prometheus server that prometheus probes ask when they name no url")
 	f.StringVar(&opts.MetricsBindAddress, "metrics-bind-address", "0", "where to serve the controller's /metrics (0: off)")

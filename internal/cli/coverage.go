@@ -12,11 +12,11 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpuchaos/gpuchaos/internal/coverage"
-	"github.com/gpuchaos/gpuchaos/internal/probe"
-	"github.com/gpuchaos/gpuchaos/internal/report"
-	"github.com/gpuchaos/gpuchaos/internal/rules"
-	"github.com/gpuchaos/gpuchaos/internal/suggest"
+	"github.com/gpuchaos/gpuchaos/internal/detect/probe"
+	"github.com/gpuchaos/gpuchaos/internal/detect/rules"
+	"github.com/gpuchaos/gpuchaos/internal/model/suggest"
+	"github.com/gpuchaos/gpuchaos/internal/run/coverage"
+	"github.com/gpuchaos/gpuchaos/internal/run/report"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 

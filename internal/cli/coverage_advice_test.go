@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuchaos/gpuchaos/internal/rules"
+	"github.com/gpuchaos/gpuchaos/internal/detect/rules"
 )
 
 // declareRe finds the exporter a reason tells the user to declare.

@@ -140,7 +140,7 @@ func TestCoverageTableUnknown(t *testing.T) {
 // (issue 14).
 func TestCoverageExporterDialect(t *testing.T) {
 	t.Parallel()
-	const upstream = "../rules/testdata/public/utkuozdemir-nvidia_gpu_exporter-prometheusrule.yaml"
+	const upstream = "../detect/rules/testdata/public/utkuozdemir-nvidia_gpu_exporter-prometheusrule.yaml"
 	for _, tt := range []struct {
 		name  string
 		extra []string

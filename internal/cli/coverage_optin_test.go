@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuchaos/gpuchaos/internal/rules"
+	"github.com/gpuchaos/gpuchaos/internal/detect/rules"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 

@@ -16,7 +16,7 @@ import (
 // observation 10).
 func TestCoverageLoadsKubePrometheus(t *testing.T) {
 	t.Parallel()
-	file := "../../internal/rules/testdata/public/kube-prometheus-kubernetesControlPlane-prometheusRule.yaml"
+	file := "../../internal/detect/rules/testdata/public/kube-prometheus-kubernetesControlPlane-prometheusRule.yaml"
 	code, out, errs := runCLI(t, "", "coverage", "--rules", file, "--faults", "hardware.xid", "--suggest=false", "--format", "json")
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, errs)
@@ -35,8 +35,8 @@ func TestCoverageLoadsKubePrometheus(t *testing.T) {
 // 14, observation 10).
 func TestCoverageRulesDirectory(t *testing.T) {
 	t.Parallel()
-	const dir = "../../internal/rules/testdata/public"
-	golden, err := os.ReadFile("../../internal/coverage/testdata/corpus.golden")
+	const dir = "../../internal/detect/rules/testdata/public"
+	golden, err := os.ReadFile("../../internal/run/coverage/testdata/corpus.golden")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,12 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/coverage"
+	"github.com/gpuchaos/gpuchaos/internal/run/coverage"
 )
 
 func TestCoverageBadRules(t *testing.T) {
 	t.Parallel()
-	dir := "../../internal/rules/testdata/"
+	dir := "../../internal/detect/rules/testdata/"
 	tmp := t.TempDir()
 	// Sparse: 50 MB that take no disk and, if read, would be zeros.
 	huge := filepath.Join(tmp, "huge.yaml")

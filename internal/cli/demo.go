@@ -10,10 +10,10 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/coverage"
-	"github.com/gpuchaos/gpuchaos/internal/report"
-	"github.com/gpuchaos/gpuchaos/internal/rules"
+	"github.com/gpuchaos/gpuchaos/internal/detect/rules"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/run/coverage"
+	"github.com/gpuchaos/gpuchaos/internal/run/report"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 

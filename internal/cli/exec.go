@@ -14,8 +14,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/launch"
+	"github.com/gpuchaos/gpuchaos/internal/gputools/launch"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 )
 
 // Exit codes of a command that could not be started, as POSIX shells use

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 )
 
 // envOf parses /usr/bin/env's output into a map and counts each name, so a

@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/cuda"
-	"github.com/gpuchaos/gpuchaos/internal/exhaust"
+	"github.com/gpuchaos/gpuchaos/internal/gputools/exhaust"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/node/cuda"
 )
 
 func newExhaustCmd() *cobra.Command {

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuchaos/gpuchaos/internal/cuda"
-	"github.com/gpuchaos/gpuchaos/internal/exhaust"
+	"github.com/gpuchaos/gpuchaos/internal/gputools/exhaust"
+	"github.com/gpuchaos/gpuchaos/internal/node/cuda"
 )
 
 func TestExhaustCommandInput(t *testing.T) {
@@ -116,7 +116,7 @@ func FuzzParseRate(f *testing.F) {
 	})
 }
 
-// TestFaultChildArgvs runs the argvs internal/fault/gpuproc starts for the
+// TestFaultChildArgvs runs the argvs internal/fault/exhaustfault starts for the
 // exhaustion faults (its TestCommands has the same table) through the real
 // commands: without a GPU each must get past every flag check and fail
 // only at the driver, with exit 1 rather than a usage error.

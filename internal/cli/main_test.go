@@ -5,7 +5,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/gpuchaos/gpuchaos/internal/trafficctl/netnstest"
+	"github.com/gpuchaos/gpuchaos/internal/node/trafficctl/netnstest"
 )
 
 // mainArgsEnv, set in a re-executed test binary's environment to a JSON

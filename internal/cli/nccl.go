@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpuchaos/gpuchaos/internal/collbench"
-	"github.com/gpuchaos/gpuchaos/internal/cuda"
+	"github.com/gpuchaos/gpuchaos/internal/gputools/collbench"
+	"github.com/gpuchaos/gpuchaos/internal/node/cuda"
 )
 
 func newNCCLCmd() *cobra.Command {

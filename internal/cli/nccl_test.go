@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuchaos/gpuchaos/internal/collbench"
-	"github.com/gpuchaos/gpuchaos/internal/cuda"
+	"github.com/gpuchaos/gpuchaos/internal/gputools/collbench"
+	"github.com/gpuchaos/gpuchaos/internal/node/cuda"
 )
 
 func TestNCCLCommandInput(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/node/procfind"
 )
 
 // TestPaceCommand runs the hidden pace command through Main on a sleeping

@@ -8,9 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpuchaos/gpuchaos/internal/engine"
-	"github.com/gpuchaos/gpuchaos/internal/ledger"
-	"github.com/gpuchaos/gpuchaos/internal/target/localtarget"
+	"github.com/gpuchaos/gpuchaos/internal/fault/ledger"
+	"github.com/gpuchaos/gpuchaos/internal/run/engine"
+	"github.com/gpuchaos/gpuchaos/internal/run/target/localtarget"
 )
 
 func newRecoverCmd() *cobra.Command {

@@ -16,9 +16,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
-	"github.com/gpuchaos/gpuchaos/internal/trafficctl"
-	nt "github.com/gpuchaos/gpuchaos/internal/trafficctl/netnstest"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/node/trafficctl"
+	nt "github.com/gpuchaos/gpuchaos/internal/node/trafficctl/netnstest"
 )
 
 // partitionExperiment cuts the fixture's namespace off for a minute,

@@ -12,17 +12,15 @@ import (
 	"text/tabwriter"
 	"time"
 
-	_ "github.com/gpuchaos/gpuchaos/internal/target/all"
-
 	"github.com/spf13/cobra"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/engine"
-	"github.com/gpuchaos/gpuchaos/internal/ledger"
-	"github.com/gpuchaos/gpuchaos/internal/operator"
-	"github.com/gpuchaos/gpuchaos/internal/target"
-	"github.com/gpuchaos/gpuchaos/internal/target/localtarget"
+	"github.com/gpuchaos/gpuchaos/internal/fault/ledger"
+	"github.com/gpuchaos/gpuchaos/internal/kube/controller"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/run/engine"
+	"github.com/gpuchaos/gpuchaos/internal/run/target"
+	"github.com/gpuchaos/gpuchaos/internal/run/target/localtarget"
 )
 
 func newRunCmd() *cobra.Command {
@@ -129,7 +127,7 @@ on a bad file or flag.`,
 					return err
 				}
 			}
-			tgt, err := target.Open(cmd.Context(), target.Kind(targetName), cfg)
+			tgt, err := targets().Open(cmd.Context(), target.Kind(targetName), cfg)
 			if err != nil {
 				return openError(err)
 			}
@@ -279,7 +277,7 @@ func loadExperiment(path string) (*v1alpha1.Experiment, error) {
 	}
 	exp.Default()
 	// The same checks as the controller's admission.
-	err = exp.Validate(operator.ValidateOptions())
+	err = exp.Validate(controller.ValidateOptions())
 	if err != nil {
 		return nil, locate(exp, path, err)
 	}

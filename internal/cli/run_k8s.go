@@ -16,11 +16,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
-	"github.com/gpuchaos/gpuchaos/internal/engine"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/kubeclient"
-	"github.com/gpuchaos/gpuchaos/internal/target"
-	"github.com/gpuchaos/gpuchaos/internal/target/k8starget"
+	"github.com/gpuchaos/gpuchaos/internal/kube/kubeclient"
+	"github.com/gpuchaos/gpuchaos/internal/kube/kubetarget"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/run/engine"
+	"github.com/gpuchaos/gpuchaos/internal/run/target"
 )
 
 // clusterRun is `run --target k8s` without --dry-run: the controller in
@@ -210,26 +210,26 @@ func StatusRecord(exp *v1alpha1.Experiment) *engine.Record {
 // narrowed to jobs goes into their pods, a job fault into some or all of
 // the job's pods, so the plan's targets alone do not say what is reached.
 type aimer interface {
-	Aims(sel v1alpha1.Selector, fault, mech string, ref inventory.Ref) ([]k8starget.Aim, error)
+	Aims(sel v1alpha1.Selector, fault, mech string, ref inventory.Ref) ([]kubetarget.Aim, error)
 }
 
-var _ aimer = (*k8starget.Target)(nil)
+var _ aimer = (*kubetarget.Target)(nil)
 
 // podsReached lists, by injection key, the pods each injection of the plan
 // would act in; nil on a target that does not aim at pods. An injection
 // the target could not aim fails the dry run as it would fail the run.
-func podsReached(tgt target.Target, exp *v1alpha1.Experiment, plan *engine.Plan) (map[string][]k8starget.Aim, error) {
+func podsReached(tgt target.Target, exp *v1alpha1.Experiment, plan *engine.Plan) (map[string][]kubetarget.Aim, error) {
 	a, ok := tgt.(aimer)
 	if !ok {
 		return nil, nil
 	}
-	out := map[string][]k8starget.Aim{}
+	out := map[string][]kubetarget.Aim{}
 	for _, in := range plan.Injections {
 		aims, err := a.Aims(exp.Spec.Selector, in.Fault, in.Mechanism, in.Ref)
 		if err != nil {
 			return nil, fmt.Errorf("%s on %s: %w", in.Fault, in.Ref.Key(), err)
 		}
-		if slices.ContainsFunc(aims, func(a k8starget.Aim) bool { return a.Pod != "" }) {
+		if slices.ContainsFunc(aims, func(a kubetarget.Aim) bool { return a.Pod != "" }) {
 			out[in.Key] = aims
 		}
 	}
@@ -239,12 +239,12 @@ func podsReached(tgt target.Target, exp *v1alpha1.Experiment, plan *engine.Plan)
 // plannedPods is a k8s dry run's JSON: the plan and the pods reached.
 type plannedPods struct {
 	*engine.Plan
-	Pods map[string][]k8starget.Aim `json:"pods"`
+	Pods map[string][]kubetarget.Aim `json:"pods"`
 }
 
 // printPods follows the plan's table with the pods each injection acts
 // in, one line per injection that reaches pods.
-func printPods(w io.Writer, plan *engine.Plan, pods map[string][]k8starget.Aim) error {
+func printPods(w io.Writer, plan *engine.Plan, pods map[string][]kubetarget.Aim) error {
 	if len(pods) == 0 {
 		return nil
 	}

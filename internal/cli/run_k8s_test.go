@@ -11,7 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/gpuchaos/gpuchaos/internal/kubetest"
+	"github.com/gpuchaos/gpuchaos/internal/harness/kubetest"
 )
 
 // TestRunK8sDryRunListsPods: a dry run against a real API server names

@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpuchaos/gpuchaos/internal/topo"
+	"github.com/gpuchaos/gpuchaos/internal/model/topo"
 )
 
 func newTopoCmd() *cobra.Command {
@@ -42,7 +42,7 @@ ANSI colour escapes, tabs turned into spaces, the legend after the matrix
 and CPU and NUMA Affinity left blank (containers, cloud VMs) are all fine. Malformed input fails with the line at fault, and
 input over 1 MiB is refused (nvidia-smi topo -m prints a few KiB).`,
 		Example: `  nvidia-smi topo -m | gpuchaos topo parse
-  gpuchaos topo parse internal/topo/testdata/h200x2-real.txt --format table
+  gpuchaos topo parse internal/model/topo/testdata/h200x2-real.txt --format table
   nvidia-smi topo -m | gpuchaos topo parse - | jq '.links'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -11,7 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpuchaos/gpuchaos/internal/colltrace"
+	"github.com/gpuchaos/gpuchaos/internal/node/colltrace"
 )
 
 func newTraceCmd() *cobra.Command {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/colltrace"
+	"github.com/gpuchaos/gpuchaos/internal/node/colltrace"
 )
 
 func TestTraceCollectivesBadInput(t *testing.T) {

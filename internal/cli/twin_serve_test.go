@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
 )
 
 func TestTwinServe(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpuchaos/gpuchaos/internal/workload"
+	"github.com/gpuchaos/gpuchaos/internal/gputools/workload"
 )
 
 func newWorkloadCmd() *cobra.Command {

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuchaos/gpuchaos/internal/workload"
+	"github.com/gpuchaos/gpuchaos/internal/gputools/workload"
 )
 
 func TestWorkloadBadInput(t *testing.T) {
@@ -58,7 +58,7 @@ func TestWorkloadScript(t *testing.T) {
 }
 
 // TestWorkloadRun drives the command end to end with /bin/sh standing in
-// for Python (the torch runs are internal/workload's tests).
+// for Python (the torch runs are internal/gputools/workload's tests).
 func TestWorkloadRun(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

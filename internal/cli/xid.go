@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpuchaos/gpuchaos/internal/xid"
+	"github.com/gpuchaos/gpuchaos/internal/model/xid"
 )
 
 func newXIDCmd() *cobra.Command {
@@ -126,7 +126,7 @@ func newXIDCodesCmd() *cobra.Command {
 		Short: "List the XID codes gpuchaos knows, with their actions",
 		Long: `List the XID table: code, recommended action, NVIDIA's resolution
 bucket, name and description. The table is NVIDIA's XID catalogue (codes
-1-172, internal/xid/catalog.csv names the version), with each resolution
+1-172, internal/model/xid/catalog.csv names the version), with each resolution
 bucket mapped onto an action; the same table drives the lines gpuchaos
 injects and the actions 'xid parse' reports. The action "see-text"
 (XID 154) means the line itself says what to do; a code not in the table

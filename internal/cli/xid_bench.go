@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpuchaos/gpuchaos/internal/xidwatch"
+	"github.com/gpuchaos/gpuchaos/internal/node/xidwatch"
 )
 
 // newXIDBenchCmd is hidden: it writes real XID lines to this machine's

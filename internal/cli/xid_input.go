@@ -9,7 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpuchaos/gpuchaos/internal/kmsg"
+	"github.com/gpuchaos/gpuchaos/internal/node/kmsg"
 )
 
 // input is what a parse command (xid parse, topo parse) reads: a file, a

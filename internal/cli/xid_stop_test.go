@@ -16,9 +16,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/gpuchaos/gpuchaos/internal/kmsg"
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
-	"github.com/gpuchaos/gpuchaos/internal/xid"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/model/xid"
+	"github.com/gpuchaos/gpuchaos/internal/node/kmsg"
 )
 
 // started is a command running in the background under a context the test

@@ -4,8 +4,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
 )
 
 // scheduleBackground draws the time to the next background failure: the

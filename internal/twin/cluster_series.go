@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/gpuchaos/gpuchaos/internal/series"
+	"github.com/gpuchaos/gpuchaos/internal/model/series"
 )
 
 // The kube-state-metrics dialect: the Kubernetes objects of the twin's

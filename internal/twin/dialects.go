@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpuchaos/gpuchaos/internal/series"
+	"github.com/gpuchaos/gpuchaos/internal/model/series"
 )
 
 // A fleet watches its GPUs through one or more exporters, each with its own
@@ -17,9 +17,9 @@ import (
 // dcgm_* or nvidia_smi_* is evaluated rather than reading nothing, and a run
 // that declares none costs what it did before.
 
-// Exporter names the twin knows, as internal/rules' registry
+// Exporter names the twin knows, as internal/detect/rules' registry
 // (rules/exporters/exporters.csv) spells them; a test holds the two lists
-// equal. The twin does not import internal/rules: the registry is data for
+// equal. The twin does not import internal/detect/rules: the registry is data for
 // the static analysis, the twin a simulator.
 const (
 	ExporterDCGM             = "dcgm-exporter"

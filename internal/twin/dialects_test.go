@@ -8,13 +8,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/rules"
-	"github.com/gpuchaos/gpuchaos/internal/series"
+	"github.com/gpuchaos/gpuchaos/internal/detect/rules"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/series"
 )
 
 // TestExportersMatchRegistry holds the twin's exporter names to
-// internal/rules' registry, which coverage --exporter takes: every name the
+// internal/detect/rules' registry, which coverage --exporter takes: every name the
 // registry knows is one a twin spec accepts, and the defaults agree.
 func TestExportersMatchRegistry(t *testing.T) {
 	t.Parallel()

@@ -69,7 +69,7 @@
 // healthy step time ÷ wall time, so rolled-back work and slow steps both
 // count against it.
 //
-// Faults: the catalogue's effects (internal/catalog/effect.go) change the
+// Faults: the catalogue's effects (internal/model/catalog/effect.go) change the
 // model's inputs — a thermal resistance, a power cap, a link's state, a
 // rank's slowdown, a collective's bandwidth factor — and the consequences
 // follow from the model: a cooling fault throttles only after the curve

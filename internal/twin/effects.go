@@ -6,14 +6,14 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/xid"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/model/xid"
 )
 
 // xidPriority is the syslog level of NVRM Xid lines: the driver prints them
 // with printk(KERN_ERR …) from os_log_error, so 3 (err), as the kernel-log
-// injector (internal/fault/kmsgxid) writes them too. Log watchers (gpud, NPD)
+// injector (internal/fault/xidfault) writes them too. Log watchers (gpud, NPD)
 // match the text, not the level.
 const xidPriority = 3
 

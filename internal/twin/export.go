@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/series"
+	"github.com/gpuchaos/gpuchaos/internal/model/series"
 )
 
 // seriesStore holds every series, by key (metric plus sorted labels), by
@@ -39,13 +39,13 @@ type jobSeries struct {
 }
 
 // numaSeries are the three series the gpuchaos agent exports for one GPU
-// process (internal/agent/numa.go): misaligned, remote memory and remote
+// process (internal/node/exporter/numa.go): misaligned, remote memory and remote
 // CPU ratios.
 type numaSeries struct {
 	misaligned, remoteMemory, remoteCPU *series.Series
 }
 
-// maxRemoteMemoryRatio is internal/numa's MaxRemoteMemoryRatio, the share
+// maxRemoteMemoryRatio is internal/node/numa's MaxRemoteMemoryRatio, the share
 // of remote memory above which the agent calls a process misaligned (a
 // test holds the two equal; the twin does not link the real-node package).
 const maxRemoteMemoryRatio = 0.5

@@ -4,7 +4,7 @@ import (
 	"math"
 	"math/bits"
 
-	"github.com/gpuchaos/gpuchaos/internal/series"
+	"github.com/gpuchaos/gpuchaos/internal/model/series"
 )
 
 // Clock event reasons, as DCGM_FI_DEV_CLOCKS_EVENT_REASONS (and its older

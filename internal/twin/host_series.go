@@ -4,7 +4,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/gpuchaos/gpuchaos/internal/series"
+	"github.com/gpuchaos/gpuchaos/internal/model/series"
 )
 
 // The node-exporter dialect and each node's Kubernetes node object. A

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 )
 
 func TestCheckWarmup(t *testing.T) {

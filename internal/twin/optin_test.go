@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/numa"
-	"github.com/gpuchaos/gpuchaos/internal/rules"
+	"github.com/gpuchaos/gpuchaos/internal/detect/rules"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/node/numa"
 )
 
-// TestOptInCountersMatchMetricData holds OptInCounters to internal/rules'
+// TestOptInCountersMatchMetricData holds OptInCounters to internal/detect/rules'
 // metric data: every opt-in counter of dcgm-exporter's own counters files
 // (metrics/dcgm-exporter.csv), which the analysis tells a user to enable
 // with --opt-in, is one the twin can export, and the twin offers none the
@@ -22,7 +22,7 @@ import (
 // --exporter dcgm-exporter=FILE, which the analysis says instead.
 func TestOptInCountersMatchMetricData(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("../rules/metrics/dcgm-exporter.csv")
+	b, err := os.ReadFile("../detect/rules/metrics/dcgm-exporter.csv")
 	if err != nil {
 		t.Fatal(err)
 	}

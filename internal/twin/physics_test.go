@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 )
 
 // faultEffects returns a catalogue fault's effects at its default

@@ -14,7 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
-	"github.com/gpuchaos/gpuchaos/internal/limitread"
+	"github.com/gpuchaos/gpuchaos/internal/model/limitread"
 )
 
 // ClusterSpec describes a simulated cluster: hardware, variability, failure
@@ -226,7 +226,7 @@ func DefaultCounters() []string {
 }
 
 // OptInCounters returns the fields the twin can export that dcgm-exporter
-// leaves off by default: every dcgm-exporter counter internal/rules'
+// leaves off by default: every dcgm-exporter counter internal/detect/rules'
 // metric data marks opt-in (a test holds the two lists equal), so every
 // counter the rules analysis tells a user to enable can be enabled here.
 // DCGM_FI_DEV_CLOCK_THROTTLE_REASONS, the older name of

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/series"
+	"github.com/gpuchaos/gpuchaos/internal/model/series"
 )
 
 // trimFraction sets how often Sleep trims: every twentieth of the

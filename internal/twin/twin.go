@@ -11,8 +11,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/series"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/model/series"
 )
 
 // Errors Apply wraps, so callers can branch on them with errors.Is.

@@ -15,7 +15,7 @@
 // It cannot create or delete anything, and reads no pods or secrets: a
 // pod's processes are found through the pod uid the controller wrote into
 // the NodeFault and the node's own cgroup tree.
-package agent
+package exporter
 
 //go:generate go tool controller-gen rbac:roleName=gpuchaos-agent paths=. output:rbac:artifacts:config=../../helm/gpuchaos/files/rbac/agent
 

@@ -14,18 +14,18 @@ import (
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/gpuproc"
-	"github.com/gpuchaos/gpuchaos/internal/fault/kmsgxid"
+	"github.com/gpuchaos/gpuchaos/internal/fault/exhaustfault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/kubefault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/netfault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/numafault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/procfault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/fault/xidfault"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
 )
 
 // Env carries what injectors need from their target.
@@ -37,7 +37,7 @@ type Env struct {
 	Twin twinfault.Player
 	// Kmsg writes kernel log records for the kernel-log mechanism; a
 	// kmsg.Writer on a local target. Nil refuses the mechanism.
-	Kmsg kmsgxid.Writer
+	Kmsg xidfault.Writer
 	// StateDir is where mechanisms that change the node (network
 	// qdiscs and filters, child processes) record each injection before
 	// acting, each in a subdirectory of its own, so that a run killed
@@ -171,7 +171,7 @@ func newKmsg(f *catalog.Fault, _ *catalog.Mechanism, env Env) (fault.Injector, e
 	if env.Kmsg == nil {
 		return nil, fmt.Errorf("mechanism kernel-log of %s needs the kernel log of a local node", f.ID)
 	}
-	return kmsgxid.New(f, env.Kmsg)
+	return xidfault.New(f, env.Kmsg)
 }
 
 // stateDir is the subdirectory of env.StateDir one injector package keeps
@@ -228,7 +228,7 @@ func newGPUProc(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector
 	if err != nil {
 		return nil, err
 	}
-	return gpuproc.New(f, m, gpuproc.Options{Exec: env.Exec, StateDir: dir})
+	return exhaustfault.New(f, m, exhaustfault.Options{Exec: env.Exec, StateDir: dir})
 }
 
 func newKube(f *catalog.Fault, m *catalog.Mechanism, env Env) (fault.Injector, error) {

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault/ckptpodtest"
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/harness/ckptpodtest"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
 )
 
 // TestRecoveryAfterSIGKILLAtRandom is issue 12's property: an injector

@@ -6,7 +6,7 @@
 //
 // The checkpoint directory is the path parameter or, when that is empty,
 // the GPUCHAOS_CKPT_DIR variable in the environment of the job's ranks
-// (found through /proc like every rank, see internal/procfind). It must
+// (found through /proc like every rank, see internal/node/procfind). It must
 // resolve to itself: a path with a symlink in it is refused, so that a
 // fill or a byte flip can never land outside the directory named. The
 // job's checkpoints are the files ckpt-STEP.pt in it, each written as
@@ -34,7 +34,7 @@
 // In a Kubernetes pod (the node agent passes the pod with WithPod) the
 // checkpoint directory is a path in the pod's containers: the path
 // parameter, or GPUCHAOS_CKPT_DIR from the environment of the pod's
-// app-container processes (found through the pod's cgroup, internal/podproc).
+// app-container processes (found through the pod's cgroup, internal/node/procfind/podproc).
 // The node does not have it at that path, so the injector reaches it
 // through /proc/PID/root of one of those processes, resolved by the
 // kernel inside that root (openat2 RESOLVE_IN_ROOT) with no symlink

@@ -14,11 +14,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault/ckptpodtest"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/procfind"
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/harness/ckptpodtest"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/node/procfind"
 )
 
 // The test binary plays more parts when re-executed, chosen by roleEnv:

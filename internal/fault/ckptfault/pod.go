@@ -12,11 +12,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
-	"github.com/gpuchaos/gpuchaos/internal/podproc"
-	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/node/mountinfo"
+	"github.com/gpuchaos/gpuchaos/internal/node/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/node/procfind/podproc"
 )
 
 // Pod names the Kubernetes pod whose checkpoint directory a fault acts

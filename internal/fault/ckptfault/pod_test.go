@@ -16,10 +16,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault/ckptpodtest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
-	"github.com/gpuchaos/gpuchaos/internal/kubetest"
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/harness/ckptpodtest"
+	"github.com/gpuchaos/gpuchaos/internal/harness/kubetest"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
 )
 
 // within bounds the waits for a process: generous, for a busy machine.

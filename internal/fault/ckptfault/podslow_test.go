@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuchaos/gpuchaos/internal/cgroup"
+	"github.com/gpuchaos/gpuchaos/internal/node/cgroup"
 )
 
 // The texts are as the kernel prints them: io.max from

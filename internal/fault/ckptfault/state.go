@@ -7,9 +7,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/cgroup"
-	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
-	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/fault/internal/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/node/cgroup"
+	"github.com/gpuchaos/gpuchaos/internal/node/procfind"
 )
 
 // stateVersion is the layout of state; a reader refuses others but 1,

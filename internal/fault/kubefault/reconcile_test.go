@@ -15,8 +15,8 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/fault/kubefault"
-	"github.com/gpuchaos/gpuchaos/internal/kubetest"
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/harness/kubetest"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
 )
 
 func nodeFault(name, node, id, mech string, params map[string]string, expires time.Time) *v1alpha1.NodeFault {

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault/netfault"
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
-	nf "github.com/gpuchaos/gpuchaos/internal/trafficctl"
-	nt "github.com/gpuchaos/gpuchaos/internal/trafficctl/netnstest"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
+	nf "github.com/gpuchaos/gpuchaos/internal/node/trafficctl"
+	nt "github.com/gpuchaos/gpuchaos/internal/node/trafficctl/netnstest"
 )
 
 // spawnedEnv makes the test binary run TestCrashHelper as a child that a

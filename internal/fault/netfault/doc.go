@@ -1,7 +1,7 @@
 // Package netfault is the fault.Injector of the network and ebpf faults on
 // real interfaces: tc-tbf (network.rate-limit), cls-bpf (network.loss,
 // network.partition, ebpf.packet-drop, ebpf.port-blackhole) and netem
-// (network.delay, network.loss). The mechanics live in internal/trafficctl;
+// (network.delay, network.loss). The mechanics live in internal/node/trafficctl;
 // this package maps a fault's values to a change and keeps the promise that
 // a crashed run can be recovered.
 //

@@ -13,11 +13,11 @@ import (
 	"path/filepath"
 	"sync"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	nf "github.com/gpuchaos/gpuchaos/internal/trafficctl"
+	"github.com/gpuchaos/gpuchaos/internal/fault/internal/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
+	nf "github.com/gpuchaos/gpuchaos/internal/node/trafficctl"
 )
 
 // planner turns a fault's resolved values into a planned change.

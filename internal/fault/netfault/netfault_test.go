@@ -17,15 +17,15 @@ import (
 	"github.com/vishvananda/netlink"
 	"go.uber.org/goleak"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/netfault"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
-	nf "github.com/gpuchaos/gpuchaos/internal/trafficctl"
-	nt "github.com/gpuchaos/gpuchaos/internal/trafficctl/netnstest"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
+	nf "github.com/gpuchaos/gpuchaos/internal/node/trafficctl"
+	nt "github.com/gpuchaos/gpuchaos/internal/node/trafficctl/netnstest"
 )
 
 // childEnv makes the test binary a run that injects and waits to be killed;

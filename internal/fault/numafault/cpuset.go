@@ -9,8 +9,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpuchaos/gpuchaos/internal/cgroup"
-	"github.com/gpuchaos/gpuchaos/internal/numa"
+	"github.com/gpuchaos/gpuchaos/internal/node/cgroup"
+	"github.com/gpuchaos/gpuchaos/internal/node/numa"
 )
 
 // cpuset is what a rank's cpuset group lets it use. The kernel narrows a

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/fault/internal/childproc"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
 )
 
 // TestRecoveryAfterSIGKILLAtRandom is issue 12's property for the NUMA

@@ -16,8 +16,8 @@
 // The first two need a second node: on a machine with one they refuse
 // with a one-line reason that names the node count, before touching
 // anything. The last two work on one node. The GPU's node comes from
-// Options.GPUNode (NVML's, through internal/gpu) and the layout from
-// /sys/devices/system/node (internal/numa).
+// Options.GPUNode (NVML's, through internal/node/gpu) and the layout from
+// /sys/devices/system/node (internal/node/numa).
 //
 // The remote node is chosen among those the rank's cpuset allows (its
 // cpuset group's effective CPUs and memory nodes, as a Kubernetes pod's

@@ -10,10 +10,10 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
-	"github.com/gpuchaos/gpuchaos/internal/numa"
+	"github.com/gpuchaos/gpuchaos/internal/fault/internal/childproc"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/node/numa"
 )
 
 // hogDuration is how long a hog runs: the context's hold time plus

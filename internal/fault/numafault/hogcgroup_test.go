@@ -7,10 +7,10 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gpuchaos/gpuchaos/internal/cgroup"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/kubetest"
-	"github.com/gpuchaos/gpuchaos/internal/podproc/podproctest"
+	"github.com/gpuchaos/gpuchaos/internal/harness/kubetest"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/node/cgroup"
+	"github.com/gpuchaos/gpuchaos/internal/node/procfind/podproc/podproctest"
 )
 
 // RunHog refuses a --cgroup that is not a clean absolute path before it

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuchaos/gpuchaos/internal/numa"
+	"github.com/gpuchaos/gpuchaos/internal/node/numa"
 )
 
 // HogCommand is the hidden gpuchaos subcommand that runs RunHog; the

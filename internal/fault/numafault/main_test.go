@@ -11,10 +11,10 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/numa"
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/node/numa"
 )
 
 // The test binary plays more parts when re-executed, chosen by roleEnv:

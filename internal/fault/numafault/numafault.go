@@ -10,12 +10,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
-	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/numa"
+	"github.com/gpuchaos/gpuchaos/internal/fault/internal/childproc"
+	"github.com/gpuchaos/gpuchaos/internal/fault/internal/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/node/numa"
 )
 
 // faultIDs and mechanismNames are what this package has code for; the catalogue
@@ -44,7 +44,7 @@ type Options struct {
 	// the hogs' output (KEY.log). It must outlive the injecting process;
 	// it is created, mode 0700, when missing. Required.
 	StateDir string
-	// GPUNode returns the NUMA node of GPU gpu (internal/gpu's
+	// GPUNode returns the NUMA node of GPU gpu (internal/node/gpu's
 	// Device.NUMANode), -1 when unknown. Nil, or -1, means the GPU's node
 	// is unknown: the injectors then use node 0 on a machine with one
 	// node and refuse on a machine with more.

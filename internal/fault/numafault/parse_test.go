@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/fault/internal/statedir"
 )
 
 func TestFileStem(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/node/procfind"
 )
 
 // identify returns the process's identity for a state file; a zombie is

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
-	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/fault/internal/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/node/procfind"
 )
 
 // stateVersion is the version of the state file's layout.

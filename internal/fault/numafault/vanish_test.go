@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/fault/internal/childproc"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
 )
 
 // TestRecoverWhateverBecameOfTheTarget injects, makes the target vanish in

@@ -10,7 +10,7 @@
 // given to another process is never signalled or moved.
 //
 // Before it acts, Inject records the key's state under the state directory
-// (internal/fault/statedir); Recover reads only that record, so a fresh
+// (internal/fault/internal/statedir); Recover reads only that record, so a fresh
 // injector in a fresh process recovers what a SIGKILLed one injected:
 //
 //   - kill-rank sends its signal to the rank (or, with group, to the
@@ -21,7 +21,7 @@
 //     Recover sends SIGCONT.
 //   - straggler measures the CPU the rank uses over a short window (or
 //     takes the cpus parameter), creates a cpu cgroup of its own (see
-//     internal/cgroup), gives it a CFS quota of that CPU divided by the
+//     internal/node/cgroup), gives it a CFS quota of that CPU divided by the
 //     slowdown, and moves the rank's threads in. A rank that was
 //     CPU-bound on k CPUs gets k/slowdown, so its steps take slowdown
 //     times as long. Recover moves the threads back to the groups they

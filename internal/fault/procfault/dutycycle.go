@@ -13,9 +13,9 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
+	"github.com/gpuchaos/gpuchaos/internal/fault/internal/childproc"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 )
 
 // readyTimeout bounds how long Inject waits for the pacer's first stop:

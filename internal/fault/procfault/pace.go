@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/node/procfind"
 )
 
 // PaceCommand is the hidden gpuchaos subcommand that runs RunPace; the

@@ -12,10 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/cgroup"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/podproc"
-	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/node/cgroup"
+	"github.com/gpuchaos/gpuchaos/internal/node/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/node/procfind/podproc"
 )
 
 // podQuota is a cgroup-cpu straggler on a rank in a Kubernetes pod: the

@@ -12,13 +12,13 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/cgroup"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/childproc"
-	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/fault/internal/childproc"
+	"github.com/gpuchaos/gpuchaos/internal/fault/internal/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/node/cgroup"
+	"github.com/gpuchaos/gpuchaos/internal/node/procfind"
 )
 
 // The faults and mechanisms of this package.

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/cgroup"
-	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
-	"github.com/gpuchaos/gpuchaos/internal/procfind"
+	"github.com/gpuchaos/gpuchaos/internal/fault/internal/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/node/cgroup"
+	"github.com/gpuchaos/gpuchaos/internal/node/procfind"
 )
 
 // stateVersion is the layout of state; a reader refuses others.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
-	nf "github.com/gpuchaos/gpuchaos/internal/trafficctl"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
+	nf "github.com/gpuchaos/gpuchaos/internal/node/trafficctl"
 )
 
 // spawnedEnv makes the test binary a crash child that a testutil.Spawner

@@ -14,7 +14,7 @@
 // Nothing under the path is touched, so a storage that already hangs does
 // not hang the injector.
 //
-// The cut itself is internal/trafficctl's: a partition drop (the server's
+// The cut itself is internal/node/trafficctl's: a partition drop (the server's
 // prefix, and port when one is given) on the egress and ingress hooks of
 // the interface this process's network namespace routes to the server.
 // For FUSE filesystems (sshfs) that is the namespace of the daemon that

@@ -12,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
 )
 
 // childEnv makes the test binary an injector that injects, says so on

@@ -20,10 +20,10 @@ import (
 	"github.com/vishvananda/netns"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
-	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
-	nf "github.com/gpuchaos/gpuchaos/internal/trafficctl"
-	nt "github.com/gpuchaos/gpuchaos/internal/trafficctl/netnstest"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/node/mountinfo"
+	nf "github.com/gpuchaos/gpuchaos/internal/node/trafficctl"
+	nt "github.com/gpuchaos/gpuchaos/internal/node/trafficctl/netnstest"
 )
 
 // requireSSHFSEnv, set (as scripts/test does), turns a missing sshfs or

@@ -6,7 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
-	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
+	"github.com/gpuchaos/gpuchaos/internal/node/mountinfo"
 )
 
 // ErrNotNetwork says a mount is not a network filesystem whose server this

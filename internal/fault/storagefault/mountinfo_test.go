@@ -7,11 +7,11 @@ import (
 	"testing"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
-	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
+	"github.com/gpuchaos/gpuchaos/internal/node/mountinfo"
 )
 
 // Lines written by hand in the kernel's format (this kernel has no NFS or
-// CIFS client to capture them from): see internal/mountinfo/testdata/README.md.
+// CIFS client to capture them from): see internal/node/mountinfo/testdata/README.md.
 const (
 	nfs4Line = "312 26 0:52 / /mnt/ckpt rw,relatime shared:180 - nfs4 storage-0:/export/ckpt rw,vers=4.2,rsize=1048576," +
 		"wsize=1048576,namlen=255,hard,proto=tcp,timeo=600,retrans=2,sec=sys,clientaddr=10.0.0.2,local_lock=none,addr=10.0.0.10"
@@ -78,7 +78,7 @@ func TestServerOf(t *testing.T) {
 }
 
 func FuzzServerOf(f *testing.F) {
-	b, err := os.ReadFile("../../mountinfo/testdata/mountinfo-firecracker.txt")
+	b, err := os.ReadFile("../../node/mountinfo/testdata/mountinfo-firecracker.txt")
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault/ckptpodtest"
+	"github.com/gpuchaos/gpuchaos/internal/harness/ckptpodtest"
 )
 
 // A pod's checkpoint volume on network storage: the sshfs mount is bound

@@ -12,14 +12,14 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
-	"github.com/gpuchaos/gpuchaos/internal/procfind"
-	nf "github.com/gpuchaos/gpuchaos/internal/trafficctl"
+	"github.com/gpuchaos/gpuchaos/internal/fault/internal/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/node/mountinfo"
+	"github.com/gpuchaos/gpuchaos/internal/node/procfind"
+	nf "github.com/gpuchaos/gpuchaos/internal/node/trafficctl"
 )
 
 // FaultID is the one fault this package injects, through MechanismBPF.

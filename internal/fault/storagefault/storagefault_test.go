@@ -13,16 +13,16 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
-	"github.com/gpuchaos/gpuchaos/internal/fault/ckptfault/ckptpodtest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
-	"github.com/gpuchaos/gpuchaos/internal/fault/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/fault/internal/statedir"
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/mountinfo"
-	nt "github.com/gpuchaos/gpuchaos/internal/trafficctl/netnstest"
+	"github.com/gpuchaos/gpuchaos/internal/harness/ckptpodtest"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/node/mountinfo"
+	nt "github.com/gpuchaos/gpuchaos/internal/node/trafficctl/netnstest"
 )
 
 func TestMain(m *testing.M) {
@@ -94,7 +94,7 @@ func TestNewRefuses(t *testing.T) {
 // no root.
 func TestInjectRefusesLocalAndBadServers(t *testing.T) {
 	f, m := partitionFault(t)
-	data, err := os.ReadFile("../../mountinfo/testdata/mountinfo-firecracker.txt")
+	data, err := os.ReadFile("../../node/mountinfo/testdata/mountinfo-firecracker.txt")
 	if err != nil {
 		t.Fatal(err)
 	}

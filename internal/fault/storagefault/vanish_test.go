@@ -11,8 +11,8 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
-	nf "github.com/gpuchaos/gpuchaos/internal/trafficctl"
-	nt "github.com/gpuchaos/gpuchaos/internal/trafficctl/netnstest"
+	nf "github.com/gpuchaos/gpuchaos/internal/node/trafficctl"
+	nt "github.com/gpuchaos/gpuchaos/internal/node/trafficctl/netnstest"
 )
 
 // TestRecoverWhateverBecameOfTheInterface cuts a storage server off, makes

@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 

@@ -7,11 +7,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 

@@ -9,7 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/gpuchaos/gpuchaos/internal/limitread"
+	"github.com/gpuchaos/gpuchaos/internal/model/limitread"
 )
 
 // LoadRates reads a rates file: a mapping from class name to interruptions

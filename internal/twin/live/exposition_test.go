@@ -12,7 +12,7 @@ import (
 )
 
 // The Prometheus server parses what Runner serves in the end-to-end test
-// (internal/e2e); this strict reader of the text format (version 0.0.4)
+// (internal/harness/e2e); this strict reader of the text format (version 0.0.4)
 // lets the unit tests check the page line by line without a dependency.
 
 // expSample is one sample line.

@@ -5,7 +5,7 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/gpuchaos/gpuchaos/internal/exposition"
+	"github.com/gpuchaos/gpuchaos/internal/node/exposition"
 )
 
 // family is what the exposition says about a metric besides its samples.

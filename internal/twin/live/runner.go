@@ -13,11 +13,11 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/exposition"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/series"
-	"github.com/gpuchaos/gpuchaos/internal/tick"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/model/series"
+	"github.com/gpuchaos/gpuchaos/internal/node/exposition"
+	"github.com/gpuchaos/gpuchaos/internal/node/tick"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
@@ -62,7 +62,7 @@ type Options struct {
 	// runs it from there to the wall clock's now instead of for Warmup
 	// (which must then be zero), so the twin keeps the phase of its
 	// scrapes and jobs from Start, as a coverage prediction's twin does
-	// from its own (internal/e2e). A zero Start means now minus Warmup.
+	// from its own (internal/harness/e2e). A zero Start means now minus Warmup.
 	// Either way the twin's clock reads the wall clock when New returns
 	// (at Speed 1): the wall time the warm-up took is caught up too.
 	Twin twin.Options

@@ -17,12 +17,12 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"go.uber.org/goleak"
 
-	"github.com/gpuchaos/gpuchaos/internal/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/exposition"
 	"github.com/gpuchaos/gpuchaos/internal/fault/twinfault"
-	"github.com/gpuchaos/gpuchaos/internal/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/series"
-	"github.com/gpuchaos/gpuchaos/internal/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
+	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
+	"github.com/gpuchaos/gpuchaos/internal/model/series"
+	"github.com/gpuchaos/gpuchaos/internal/node/exposition"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 

@@ -11,8 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/gpu"
-	"github.com/gpuchaos/gpuchaos/internal/series"
+	"github.com/gpuchaos/gpuchaos/internal/model/series"
+	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 

@@ -1,6 +1,0 @@
-package gpuproc
-
-import "github.com/gpuchaos/gpuchaos/internal/procfind"
-
-// id is the record's identity, for procfind's and childproc's checks.
-func (c childRecord) id() procfind.Proc { return procfind.Proc{PID: c.PID, StartTicks: c.StartTicks} }
