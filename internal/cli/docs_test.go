@@ -1,14 +1,22 @@
 package cli
 
 import (
+	"bytes"
+	"flag"
+	"fmt"
 	"go/parser"
 	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gpuchaos/gpuchaos/internal/detect/probe"
+	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 )
 
 // TestPackageDocs holds every package to exactly one package doc comment
@@ -74,4 +82,75 @@ func TestREADMEExperiments(t *testing.T) {
 			t.Errorf("README experiment %d does not pass on the twin: exit %d\n%s%s", i+1, code, out, errs)
 		}
 	}
+}
+
+var update = flag.Bool("update", false, "rewrite README.md's demo transcript from the demo's output")
+
+// TestREADMEDemo holds README's demo transcript to what `gpuchaos demo`
+// prints (all but the wall time of its last line), and its prose counts to
+// the catalogue and the built-in detectors, so a fault or a detector added
+// shows in the README or fails here. -update rewrites the transcript.
+func TestREADMEDemo(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runCLI(t, "", "demo", "--html", filepath.Join(t.TempDir(), "demo.html"))
+	if code != 0 {
+		t.Fatalf("demo: exit %d\n%s", code, errs)
+	}
+	const head = "```\n$ gpuchaos demo\n"
+	start := bytes.Index(readme, []byte(head))
+	if start < 0 {
+		t.Fatal("README.md shows no demo transcript (a block starting \"$ gpuchaos demo\")")
+	}
+	start += len(head)
+	end := start + bytes.Index(readme[start:], []byte("```\n"))
+	ranIn := regexp.MustCompile(`(?m)^Ran in .*\n`)
+	want := ranIn.ReplaceAllString(out, "Ran in 2.9s of wall time. Heatmap: gpuchaos-demo.html\n")
+	if got := string(readme[start:end]); got != want {
+		if *update {
+			readme = slices.Concat(readme[:start], []byte(want), readme[end:])
+			if err := os.WriteFile("../../README.md", readme, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			t.Errorf("README.md's demo transcript differs from the demo's output (go test ./internal/cli -run TestREADMEDemo -update rewrites it):\n%s", firstDiff(got, want))
+		}
+	}
+	for _, c := range []struct {
+		re   string
+		want int
+		what string
+	}{
+		{`gpuchaos' (\d+) built-in detectors`, len(probe.Detectors()), "built-in detectors"},
+		{`(\d+) faults? × \d+ detectors`, len(catalog.All()), "faults in the catalogue"},
+		{`(\d+) faults in \d+ families`, len(catalog.All()), "faults in the catalogue"},
+		{`\d+ faults in (\d+) families`, len(catalog.Families()), "fault families"},
+	} {
+		for _, m := range regexp.MustCompile(c.re).FindAllSubmatch(readme, -1) {
+			if n, _ := strconv.Atoi(string(m[1])); n != c.want {
+				t.Errorf("README.md says %q; there are %d %s", m[0], c.want, c.what)
+			}
+		}
+	}
+}
+
+// firstDiff shows the first line where got and want part.
+func firstDiff(got, want string) string {
+	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for i := 0; i < len(g) || i < len(w); i++ {
+		var gl, wl string
+		if i < len(g) {
+			gl = g[i]
+		}
+		if i < len(w) {
+			wl = w[i]
+		}
+		if gl != wl {
+			return fmt.Sprintf("line %d:\nREADME: %s\ndemo:   %s", i+1, gl, wl)
+		}
+	}
+	return ""
 }
