@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-check.sh — the whole node-layer check (issue 4) on any machine with
+# gpu-check.sh — the whole node-layer check on any machine with
 # NVIDIA GPUs, PyTorch (python3) and a built gpuchaos, run as root. Each
 # section is a script in scripts/gpu-check/ that keeps its raw output in
 # OUT_DIR/SECTION and adds rows to OUT_DIR/summary.tsv; this prints them as

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# nccl-check.sh — issue 5's headline on a 2-GPU machine, in one run:
+# nccl-check.sh — the NCCL layer's headline figures on a 2-GPU machine, in one run:
 #   1. every collective at 256 MiB bf16 in `gpuchaos nccl`, one process
 #      driving both GPUs and one process per rank (TCP rendezvous), against
 #      PyTorch's (scripts/nccl-torch.py under torchrun) in the same run;

@@ -8,8 +8,8 @@ sample taken at x.0 s. nvidia-smi runs beside it in its loop mode
 (-lms 100) with its timestamp column, and each agent reading is compared
 with the nvidia-smi row of the same GPU nearest to x.0 s (at most 50 ms
 away). Three readings idle, five under a PyTorch bf16 matmul load on GPU
-$GPU. Tolerances (issue 4): temperature ±2 °C, power ±10 %, memory used
-exact, clocks ±5 %; UUID and bus id must match.
+$GPU. Tolerances (the agent's targets): temperature ±2 °C, power ±10 %,
+memory used exact, clocks ±5 %; UUID and bus id must match.
 
 Then scripts/agent-cost.sh measures the agent's CPU time and peak memory
 over 60 s at 1 s sampling (targets: under 1 % of one core, under 50 MiB).
