@@ -71,7 +71,7 @@ burn results.
 It listens on port 9400 on every interface, as dcgm-exporter does, so a
 Prometheus elsewhere can scrape it; pass --listen 127.0.0.1:9400 to keep it
 on the node. It samples every second (dcgm-exporter: every 30 s) so an
-injected fault shows within a probe's deadline; scripts/agent-cost.sh
+injected fault shows within a probe's deadline; scripts/agent-cost
 measures what that costs.
 
 It also follows the kernel log (/dev/kmsg; needs root or CAP_SYSLOG) for

@@ -294,12 +294,12 @@ func firstFew(list []string, n int) string {
 
 // checkOptIn refuses --opt-in values that are not opt-in metrics, before
 // any twin is built: the twin's spec would refuse them later with an error
-// chain that names no flag (issue 12). The twin exports every dcgm-exporter
-// opt-in counter the rules analysis tells users to pass (issue 14); another
-// exporter's opt-in metric (kube-state-metrics' opt-in series,
-// node-exporter's systemd collector) is accepted for the analysis only. A
-// refusal is a default metric or a name gpuchaos does not know, with the
-// nearest known one when a typo is likely.
+// chain that names no flag. The twin exports every dcgm-exporter opt-in
+// counter the rules analysis tells users to pass, so that advice can be
+// followed; another exporter's opt-in metric (kube-state-metrics' opt-in
+// series, node-exporter's systemd collector) is accepted for the analysis
+// only. A refusal is a default metric or a name gpuchaos does not know,
+// with the nearest known one when a typo is likely.
 func checkOptIn(vals []string) error {
 	known := twin.OptInCounters()
 	for _, c := range vals {

@@ -20,8 +20,8 @@ var declareRe = regexp.MustCompile(`declare it with --exporter ([a-z0-9_.-]+)`)
 // the real flag parsing: `--exporter NAME`, `--exporter
 // dcgm-exporter=FILE` with the field listed, or `--opt-in NAME`. The
 // flags must accept it, and the rule must then be ok. A rule that is not
-// ok must say what would make it so (issue 14: "--opt-in and --exporter
-// accept every name the analysis tells users to enable").
+// ok must say what would make it so: advice the flags refuse cannot be
+// followed.
 func TestEveryAdviceIsAccepted(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -10,7 +10,8 @@ import (
 )
 
 // TestCoverageExporterFlag: --exporter says which exporters the fleet runs,
-// and the static analysis follows it (issue 14, observation 6); wrong
+// and the static analysis follows it (observation 6 of
+// scripts/coverage-observations); wrong
 // values fail at flag parsing with one line naming the flag.
 func TestCoverageExporterFlag(t *testing.T) {
 	t.Parallel()
@@ -113,7 +114,8 @@ func TestCoverageExporterFlag(t *testing.T) {
 }
 
 // TestCoverageTableUnknown: the table lists rules over unknown metrics
-// apart from those that can never fire (issue 14, observation 5).
+// apart from those that can never fire (observation 5 of
+// scripts/coverage-observations).
 func TestCoverageTableUnknown(t *testing.T) {
 	t.Parallel()
 	rulesFile := filepath.Join(t.TempDir(), "autopilot.yaml")
@@ -136,8 +138,7 @@ func TestCoverageTableUnknown(t *testing.T) {
 
 // TestCoverageExporterDialect runs nvidia_gpu_exporter's own alert rules:
 // with the exporter declared the twin exports its nvidia_smi_* series and
-// the rules detect the faults they are written for; without it none does
-// (issue 14).
+// the rules detect the faults they are written for; without it none does.
 func TestCoverageExporterDialect(t *testing.T) {
 	t.Parallel()
 	const upstream = "../detect/rules/testdata/public/utkuozdemir-nvidia_gpu_exporter-prometheusrule.yaml"

@@ -15,10 +15,10 @@ import (
 
 // TestOptInAcceptsWhatAnalysisNames walks every counter the rules analysis
 // can call opt-in and tell a user to enable ("pass it as opt-in"): --opt-in
-// accepts it and
-// the twin then exports it (issue 14, observation 1). Before, the analysis
-// named DCGM_FI_DEV_FB_TOTAL and DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL
-// and --opt-in refused both.
+// accepts it and the twin then exports it (observation 1 of
+// scripts/coverage-observations). Before, the analysis named
+// DCGM_FI_DEV_FB_TOTAL and DCGM_FI_DEV_NVLINK_REPLAY_ERROR_COUNT_TOTAL and
+// --opt-in refused both.
 func TestOptInAcceptsWhatAnalysisNames(t *testing.T) {
 	t.Parallel()
 	var named []string
@@ -57,7 +57,7 @@ func TestOptInAcceptsWhatAnalysisNames(t *testing.T) {
 	}
 }
 
-// TestCoverageOptInRun is the issue's reproduction: a rule on
+// TestCoverageOptInRun reproduces observation 1 end to end: a rule on
 // FB_USED / FB_TOTAL and one on NVLink replays, with both opted in, run to
 // the end (exit 0) and are evaluated, not called opt-in-off.
 func TestCoverageOptInRun(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 )
 
 // TestCoverageLoadsKubePrometheus: a rule file Prometheus loads is judged,
-// not refused; a lint finding is a warning on standard error (issue 14,
-// observation 10).
+// not refused; a lint finding is a warning on standard error (observation
+// 10 of scripts/coverage-observations).
 func TestCoverageLoadsKubePrometheus(t *testing.T) {
 	t.Parallel()
 	file := "../../internal/detect/rules/testdata/public/kube-prometheus-kubernetesControlPlane-prometheusRule.yaml"
@@ -31,8 +31,8 @@ func TestCoverageLoadsKubePrometheus(t *testing.T) {
 
 // TestCoverageRulesDirectory: a whole rules folder, GPU rules beside
 // kube-prometheus' standard stack (the public corpus), loads in one run and
-// gives the verdicts the corpus' golden file pins, status by status (issue
-// 14, observation 10).
+// gives the verdicts the corpus' golden file pins, status by status
+// (observation 10 of scripts/coverage-observations).
 func TestCoverageRulesDirectory(t *testing.T) {
 	t.Parallel()
 	const dir = "../../internal/detect/rules/testdata/public"

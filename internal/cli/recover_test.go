@@ -98,11 +98,10 @@ func killedMidFault(t *testing.T, f *nt.Fixture, ledgerPath string) trafficctl.S
 	return before
 }
 
-// TestRecoverAfterKillWithNamespaceAlive is the first finding: a
-// run SIGKILLed while a pod's namespace was partitioned, then the process
-// it was found through exits while the namespace lives on. The next
-// recovery must find the namespace and lift the partition, and only then
-// say Recovered.
+// TestRecoverAfterKillWithNamespaceAlive: a run SIGKILLed while a pod's
+// namespace was partitioned, then the process it was found through exits
+// while the namespace lives on. The next recovery must find the namespace
+// and lift the partition, and only then say Recovered.
 func TestRecoverAfterKillWithNamespaceAlive(t *testing.T) {
 	f := nt.New(t, nt.Options{}) // skips without root or the kernel's network faults
 	ledgerPath := filepath.Join(t.TempDir(), "ledger.jsonl")
@@ -161,10 +160,10 @@ func TestRecoverWhenNothingHoldsTheNamespace(t *testing.T) {
 	}
 }
 
-// TestRunRecoversBeforeListingGPUs is the second finding: on a
-// node without NVML, run --target local without --job recovers what a
-// killed run left before anything else, and then goes on with the node's
-// faults instead of refusing for want of GPUs.
+// TestRunRecoversBeforeListingGPUs: on a node without NVML, run --target
+// local without --job recovers what a killed run left before anything
+// else, and then goes on with the node's faults instead of refusing for
+// want of GPUs.
 func TestRunRecoversBeforeListingGPUs(t *testing.T) {
 	f := nt.New(t, nt.Options{})
 	ledgerPath := filepath.Join(t.TempDir(), "ledger.jsonl")

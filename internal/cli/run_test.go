@@ -10,8 +10,9 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
 )
 
-// TestRunBadFiles covers the issue's list of bad experiment files end to
-// end: each exits 2 with one line naming the file and the field.
+// TestRunBadFiles covers the bad experiment files of
+// api/v1alpha1/testdata/bad end to end: each exits 2 with one line naming
+// the file and the field.
 func TestRunBadFiles(t *testing.T) {
 	t.Parallel()
 	dir := "../../api/v1alpha1/testdata/bad/"
@@ -264,7 +265,7 @@ func TestDemoTable(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	// The agent's NUMA check catches three of the four NUMA faults;
-	// cpu-saturation moves neither affinity nor placement (issue 14).
+	// cpu-saturation moves neither affinity nor placement.
 	for _, want := range []string{"numa.remote-memory", "numa-misaligned 1.5m", "MISSED by all", "hardware.xid", "kmsg-xid", "Detected within the deadline: 4 of 5 faults", "Goodput:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)

@@ -70,8 +70,8 @@ func TestTopoErrors(t *testing.T) {
 	}{
 		{"missing file", "", []string{"topo", "parse", missing}, "gpuchaos: open " + missing + ": no such file or directory\n"},
 		{"not topo", "hello\n", []string{"topo", "parse"}, "gpuchaos: parse standard input: topo: no header line"},
-		// A row may leave CPU and NUMA Affinity blank together (issue 14),
-		// not one of them.
+		// A row may leave CPU and NUMA Affinity blank together (as real
+		// pastes from containers do), not one of them.
 		{"short row", "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\nGPU0\t X \tNV18\t0\nGPU1\tNV18\t X \t0-7\t0\n", []string{"topo", "parse"},
 			"gpuchaos: parse standard input: topo: line 2: row GPU0 has 3 cells, header has 4\n"},
 		{"bad format", topoH200, []string{"topo", "parse", "--format", "csv"}, "gpuchaos: --format: \"csv\" is not one of json or table\n"},

@@ -238,8 +238,8 @@ func TestWrapList(t *testing.T) {
 
 // TestWarmupBounds: every command that warms a twin up refuses a warm-up
 // outside 0..twin.MaxWarmup up front, in one line naming the flag and the
-// limit, with exit 2 (issue 12: run --warmup -5m exited 1 with "sleep:
-// negative duration"; 100000h ate 5 GB).
+// limit, with exit 2 (before, run --warmup -5m exited 1 with "sleep:
+// negative duration", and 100000h ate 5 GB).
 func TestWarmupBounds(t *testing.T) {
 	t.Parallel()
 	const exp = "../../examples/thermal-throttle.yaml"

@@ -133,8 +133,8 @@ func TestXIDCodes(t *testing.T) {
 	for _, in := range list {
 		got[in.Code] = in.Action
 	}
-	// 41 and 160 come from NVIDIA's catalogue (issue 14), not the
-	// hand-written table.
+	// 41 and 160 come from NVIDIA's catalogue (internal/model/xid's
+	// catalog.csv), not the hand-written table.
 	for c, a := range map[int]string{13: "restart-app", 48: "reset-gpu", 79: "reboot", 63: "none", 74: "investigate", 154: "see-text",
 		41: "restart-app", 160: "none"} {
 		if got[c] != a {

@@ -23,8 +23,8 @@ func BenchmarkTwinHour(b *testing.B) {
 }
 
 // BenchmarkWarmupMemory measures the heap a default twin holds after 1 h and
-// after 24 h of warm-up (issue 12: memory follows the evaluation window, not
-// the warm-up; 24 h must hold at most 1.2× what 1 h holds). Run it with
+// after 24 h of warm-up (memory follows the evaluation window, not the
+// warm-up; 24 h must hold at most 1.2× what 1 h holds). Run it with
 //
 //	go test ./internal/twin -run '^$' -bench WarmupMemory -benchtime 1x
 //

@@ -25,7 +25,7 @@ func TestCheckWarmup(t *testing.T) {
 		{"at the limit", MaxWarmup, ""},
 		{"negative", -5 * time.Minute, "--warmup: must not be negative, got -5m0s"},
 		{"over the limit", MaxWarmup + time.Nanosecond, "--warmup: at most 24h0m0s, got 24h0m0.000000001s"},
-		{"issue 12", 100000 * time.Hour, "--warmup: at most 24h0m0s, got 100000h0m0s"},
+		{"far past the limit", 100000 * time.Hour, "--warmup: at most 24h0m0s, got 100000h0m0s"}, // such a warm-up once held 5 GB
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -27,9 +27,10 @@ func stddevLast(s *series.Series, n int) float64 {
 }
 
 // TestTelemetryNoise: a healthy twin's readings move a little, scrape
-// after scrape, as a real H200's do (issue 14, observation 4): over 15
-// minutes, stddev_over_time of power is never 0 (the "GPU is stuck" rule
-// stays quiet) and is as large as on the real GPU; a capped GPU's clock
+// after scrape, as a real H200's do (observation 4 of
+// scripts/coverage-observations): over 15 minutes, stddev_over_time of
+// power is never 0 (the "GPU is stuck" rule stays quiet) and is as large
+// as on the real GPU; a capped GPU's clock
 // hunts by the real readings' 15–18 MHz; temperatures and utilisation
 // move; and a seed gives the same readings byte for byte.
 func TestTelemetryNoise(t *testing.T) {

@@ -17,9 +17,10 @@ import (
 // metric data: every opt-in counter of dcgm-exporter's own counters files
 // (metrics/dcgm-exporter.csv), which the analysis tells a user to enable
 // with --opt-in, is one the twin can export, and the twin offers none the
-// data does not know (issue 14, observation 1). The other DCGM fields
-// (metrics/dcgm-fields.csv) are enabled through a counters CSV passed with
-// --exporter dcgm-exporter=FILE, which the analysis says instead.
+// data does not know (observation 1 of scripts/coverage-observations). The
+// other DCGM fields (metrics/dcgm-fields.csv) are enabled through a
+// counters CSV passed with --exporter dcgm-exporter=FILE, which the
+// analysis says instead.
 func TestOptInCountersMatchMetricData(t *testing.T) {
 	t.Parallel()
 	b, err := os.ReadFile("../detect/rules/metrics/dcgm-exporter.csv")
@@ -111,8 +112,8 @@ func TestOptInSeries(t *testing.T) {
 }
 
 // TestClockEventReasons checks the bits against NVML's definitions and
-// that each fault sets its own, under both names of the field (issue 14,
-// observation 2).
+// that each fault sets its own, under both names of the field (observation
+// 2 of scripts/coverage-observations).
 func TestClockEventReasons(t *testing.T) {
 	t.Parallel()
 	// nvml.h, nvmlClocksEventReason*.
@@ -180,7 +181,8 @@ func TestClockEventReasons(t *testing.T) {
 }
 
 // TestNUMASeries plays the catalogue's NUMA faults and reads the series
-// the gpuchaos agent exports for the same state (issue 14, observation 11).
+// the gpuchaos agent exports for the same state (observation 11 of
+// scripts/coverage-observations).
 func TestNUMASeries(t *testing.T) {
 	t.Parallel()
 	if maxRemoteMemoryRatio != numa.MaxRemoteMemoryRatio {

@@ -23,12 +23,13 @@ func faultEffects(t *testing.T, id string) []catalog.Effect {
 }
 
 // TestFaultSignaturesReachRealThresholds holds the catalogue's thermal,
-// power and ECC faults to what real GPUs show (issue 14, observation 8):
-// a heat soak passes the 75–85 °C that public temperature rules alert on,
-// failed cooling and a power brake engage a HW slowdown that at least
-// halves the SM clock (nvml.h: "reducing the core clocks by a factor of 2
-// or more") with power falling with it, and an uncorrectable ECC error
-// raises the uncorrectable remapped-rows count on an H200.
+// power and ECC faults to what real GPUs show (observation 8 of
+// scripts/coverage-observations): a heat soak passes the 75–85 °C that
+// public temperature rules alert on, failed cooling and a power brake
+// engage a HW slowdown that at least halves the SM clock (nvml.h:
+// "reducing the core clocks by a factor of 2 or more") with power falling
+// with it, and an uncorrectable ECC error raises the uncorrectable
+// remapped-rows count on an H200.
 func TestFaultSignaturesReachRealThresholds(t *testing.T) {
 	t.Parallel()
 	cases := []struct {

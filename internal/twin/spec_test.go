@@ -66,7 +66,7 @@ func TestSpecRoundTrip(t *testing.T) {
 		}
 	}
 	// The older name stays as opted in: the twin exports it under that
-	// name, so rules written against it match (issue 14).
+	// name, so rules written against it match.
 	if got := custom.Exporter.OptIn; !reflect.DeepEqual(got, []string{"DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"}) {
 		t.Errorf("throttle reasons alias normalised to %v", got)
 	}

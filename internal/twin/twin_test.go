@@ -780,8 +780,8 @@ func TestStopGrace(t *testing.T) {
 }
 
 // TestRelaunch: a clean relaunch frees the job's HBM and allocates it
-// again, resumes where the job stopped and is no restart (issue 14,
-// observation 9).
+// again, resumes where the job stopped and is no restart (observation 9 of
+// scripts/coverage-observations).
 func TestRelaunch(t *testing.T) {
 	t.Parallel()
 	tw := newTwin(t, Options{Spec: oneNode()})

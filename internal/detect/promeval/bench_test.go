@@ -139,7 +139,7 @@ func TestFiftyRulesEvaluate(t *testing.T) {
 	}
 }
 
-// BenchmarkCatalogue50Rules is the coverage run the issue budgets at 5 s:
+// BenchmarkCatalogue50Rules is the coverage run we budget at 5 s:
 // for every catalogue fault, a fresh default twin, 20 minutes of warm-up,
 // the fault on its default target, 30 minutes more, and 50 rules
 // evaluated over the 50 minutes, one fault after another on one core.

@@ -142,7 +142,7 @@ type Result struct {
 
 	// byRule indexes Alerts by rule, so that a caller judging every rule
 	// of a large set does not scan every alert of every other rule: that
-	// scan made coverage quadratic in the number of rules (issue 12).
+	// scan made coverage quadratic in the number of rules.
 	byRule map[*rules.Rule][]*Alert
 }
 

@@ -489,7 +489,8 @@ func plausible(name, cand string, d int) bool {
 // does: the same words but for typos within a word, or a suffix added or
 // dropped (DCGM_FI_DEV_ECC_DBE_VOL for …_VOL_TOTAL). A different word is a
 // different quantity: kube_pod_info is not kube_node_info, and
-// DCGM_FI_DEV_POWER_MGMT_LIMIT is not DCGM_FI_DEV_POWER_USAGE (issue 14).
+// DCGM_FI_DEV_POWER_MGMT_LIMIT is not DCGM_FI_DEV_POWER_USAGE, and a
+// did-you-mean between them sends the user to the wrong series.
 func sameThing(name, cand string) bool {
 	tn := strings.Split(strings.ToLower(name), "_")
 	tc := strings.Split(strings.ToLower(cand), "_")
@@ -530,7 +531,7 @@ func (a *analyzer) analyze(r *Rule, loose, switched *analyzer) Analysis {
 		why := a.explainAll(unique(culprits), map[string]bool{})
 		an.Reason = fmt.Sprintf("%s reads %s", r.Name, why)
 		if r.Kind == KindRecord {
-			// A recording rule fires nothing; it records (issue 14).
+			// A recording rule fires nothing; it records.
 			an.Reason = fmt.Sprintf("%s never produces a series: it reads %s", r.Name, why)
 		}
 		return an
@@ -549,7 +550,7 @@ func (a *analyzer) analyze(r *Rule, loose, switched *analyzer) Analysis {
 		// Unknown wins over what the twin shows: absent() of a metric no
 		// exporter gpuchaos knows fires on the twin all the time, which
 		// says only that the twin lacks the exporter, not that the rule is
-		// noisy where the exporter runs (issue 14).
+		// noisy where the exporter runs.
 		an.Status = StatusUnknown
 		verb := "fire"
 		if r.Kind == KindRecord {
@@ -561,7 +562,7 @@ func (a *analyzer) analyze(r *Rule, loose, switched *analyzer) Analysis {
 	}
 	if len(missing) > 0 {
 		// The explanation ends the sentence: put after it, "never match"
-		// trailed a did-you-mean (issue 14).
+		// trailed a did-you-mean and read as part of the suggestion.
 		verb := "fire"
 		if r.Kind == KindRecord {
 			verb = "produce a series"
@@ -691,7 +692,7 @@ func (a *analyzer) slipOf(name string) (elsewhereMetric, bool) {
 //
 // A name that is merely near another exporter's is only a hint: OpenPAI's
 // own gpu_utilization is near dcgm-exporter 1.x's dcgm_gpu_utilization
-// without being it, so it stays unknown (issue 14).
+// without being it, so it stays unknown.
 func (a *analyzer) resembles(name string) (elsewhereMetric, bool) {
 	if m, ok := a.slipOf(name); ok {
 		return m, true

@@ -62,9 +62,10 @@ func TestAnalyzeStatus(t *testing.T) {
 			reason: "A reads dcgm_fi_dev_gpu_temp, which no exporter produces; did you mean DCGM_FI_DEV_GPU_TEMP (default)?"},
 		{name: "nothing close", expr: "my_app_requests_total > 0", want: StatusUnknown,
 			reason: "A can fire only through metrics no exporter gpuchaos knows lists, so it is evaluated as reading nothing: it reads my_app_requests_total, which no exporter gpuchaos knows lists (unknown)"},
-		// Issue 14, observation 5: real metrics gpuchaos did not know, and
-		// metrics of exporters it cannot know, are not "never fires"; a
-		// did-you-mean only for a name that measures the same thing.
+		// Observation 5 of scripts/coverage-observations: real metrics
+		// gpuchaos did not know, and metrics of exporters it cannot know,
+		// are not "never fires"; a did-you-mean only for a name that
+		// measures the same thing.
 		{name: "kube-state-metrics default series", expr: "kube_pod_info > 0", want: StatusOK},
 		{name: "real DCGM field, not listed", expr: "DCGM_FI_DEV_POWER_USAGE > 0.9 * DCGM_FI_DEV_POWER_MGMT_LIMIT", want: StatusOptInOff,
 			reason: "A reads DCGM_FI_DEV_POWER_MGMT_LIMIT, a DCGM field dcgm-exporter exports only when its counters CSV lists it (list it there and pass the file with --exporter dcgm-exporter=FILE; the twin does not export it)"},
@@ -73,8 +74,8 @@ func TestAnalyzeStatus(t *testing.T) {
 		{name: "GPU Operator declared", expr: "gpu_operator_node_driver_validation == 0", exporters: []string{"gpu-operator"}, want: StatusOK},
 		{name: "Autopilot's own metric", expr: "autopilot_health_checks{health=\"ERR\"} > 0", want: StatusUnknown},
 		{name: "no did-you-mean for another quantity", expr: "DCGM_FI_DEV_POWER_CAPPED > 0", want: StatusUnknown},
-		// Issue 14: a name merely like another exporter's is not that
-		// exporter's; the likeness is a hint in the reason.
+		// A name merely like another exporter's is not that exporter's;
+		// the likeness is a hint in the reason.
 		{name: "near another exporter's name", expr: "count(gpu_utilization) by (instance) > 0", want: StatusUnknown,
 			reason: "A can fire only through metrics no exporter gpuchaos knows lists, so it is evaluated as reading nothing: it reads gpu_utilization, which no exporter gpuchaos knows lists (unknown; it looks like dcgm_gpu_utilization from dcgm-exporter 1.x, an exporter this fleet does not run); did you mean DCGM_FI_DEV_GPU_UTIL (default)?"},
 		{name: "recorded from a name near another exporter's", expr: "node:gpu_utilization:count != on (instance) configured_gpu_count",
@@ -86,15 +87,16 @@ func TestAnalyzeStatus(t *testing.T) {
 		{name: "another exporter's opt-in metric", expr: "node_systemd_unit_state{state=\"failed\"} == 1", want: StatusOptInOff,
 			reason: "A reads node_systemd_unit_state, an opt-in metric that node-exporter leaves off by default (enable it there, then pass it with --opt-in)"},
 		{name: "another exporter's opt-in metric, enabled", expr: "node_systemd_unit_state{state=\"failed\"} == 1", optIn: []string{"node_systemd_unit_state"}, want: StatusOK},
-		// Issue 14, observation 10: the monitoring stack's own metrics,
-		// which kube-prometheus' standard rules read.
+		// Observation 10 of scripts/coverage-observations: the monitoring
+		// stack's own metrics, which kube-prometheus' standard rules read.
 		{name: "Prometheus' own metric", expr: "increase(prometheus_rule_evaluation_failures_total[5m]) > 0", want: StatusOK},
 		{name: "Alertmanager's own metric", expr: `rate(alertmanager_notifications_failed_total[5m]) / rate(alertmanager_notifications_total[5m]) > 0.01`, want: StatusOK},
 		{name: "the operator's config-reloader", expr: "max_over_time(reloader_last_reload_successful[5m]) == 0", want: StatusOK},
 		{name: "Alertmanager not run", expr: "alertmanager_config_last_reload_successful == 0", exporters: []string{"dcgm-exporter"}, want: StatusNeverFires,
 			reason: "A reads alertmanager_config_last_reload_successful, which alertmanager exports, an exporter this fleet does not run (declare it with --exporter alertmanager)"},
 		{name: "Prometheus' own metric whatever the fleet declares", expr: "prometheus_config_last_reload_successful == 0", exporters: []string{"dcgm-exporter"}, want: StatusOK},
-		// Issue 14, observation 6: the exporter the fleet runs.
+		// Observation 6 of scripts/coverage-observations: the exporter the
+		// fleet runs.
 		{name: "nvidia_gpu_exporter declared", expr: "nvidia_smi_temperature_gpu > 85", exporters: []string{"nvidia_gpu_exporter"}, want: StatusOK},
 		{name: "old namespace declared", expr: "dcgm_gpu_temp > 85", exporters: []string{"dcgm-exporter-1.x"}, want: StatusOK},
 		{name: "dcgm-exporter not declared", expr: "DCGM_FI_DEV_GPU_TEMP > 85", exporters: []string{"nvidia_gpu_exporter"}, want: StatusNeverFires,
@@ -114,9 +116,9 @@ func TestAnalyzeStatus(t *testing.T) {
 		{name: "unless with missing left side", expr: "DCGM_FI_DEV_RETIRED_PENDING > 0 unless DCGM_FI_DEV_GPU_TEMP > 85", want: StatusOptInOff},
 		{name: "absent of a missing metric fires", expr: "absent(nvidia_gpu_temperature)", want: StatusOK},
 		{name: "absent_over_time of a missing metric fires", expr: "absent_over_time(nvidia_gpu_temperature[5m])", want: StatusOK},
-		// Issue 14: absent() of a metric nothing known exports fires on a
-		// fleet without that exporter, the twin included; whether it is
-		// noisy where the exporter runs is unknown.
+		// absent() of a metric nothing known exports fires on a fleet
+		// without that exporter, the twin included; whether it is noisy
+		// where the exporter runs is unknown.
 		{name: "absent of an unknown metric", expr: "absent(ray_gcs_update_resource_usage_time_bucket) == 1", want: StatusUnknown,
 			reason: "A asks only whether ray_gcs_update_resource_usage_time_bucket is absent, so it will fire wherever that exporter is not scraped, the twin included: it reads ray_gcs_update_resource_usage_time_bucket, which no exporter gpuchaos knows lists (unknown)"},
 		{name: "absent_over_time of an unknown metric", expr: "absent_over_time(my_app_requests_total[5m])", want: StatusUnknown},

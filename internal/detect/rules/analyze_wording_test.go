@@ -3,7 +3,7 @@ package rules
 import "testing"
 
 // TestAnalyzeRecordWording: a recording rule records, it does not fire
-// (issue 14, observation 12).
+// (observation 12 of scripts/coverage-observations).
 func TestAnalyzeRecordWording(t *testing.T) {
 	t.Parallel()
 	set, err := Load([]byte(`groups:

@@ -19,7 +19,7 @@ import (
 // Anything else may keep them apart — different regular-expression
 // matchers on a label they keep, a label_replace, a label neither pins — so
 // it is not counted as a collision: Prometheus loads such rules, and
-// refusing them refused kube-prometheus' standard rules (issue 14).
+// refusing them refused kube-prometheus' standard rules.
 func sameSeries(a, b parser.Expr) bool {
 	if a == nil || b == nil {
 		return false

@@ -48,10 +48,10 @@ func TestSameSeries(t *testing.T) {
 }
 
 // TestLoadKubePrometheus holds the loader to a real file Prometheus loads
-// (issue 14, observation 10): kube-prometheus' control-plane rules record
-// code_verb:apiserver_request_total:increase1h four times with different
-// code matchers. It loads, with one warning per repeat, as promtool prints
-// lint findings and exits 0.
+// (observation 10 of scripts/coverage-observations): kube-prometheus'
+// control-plane rules record code_verb:apiserver_request_total:increase1h
+// four times with different code matchers. It loads, with one warning per
+// repeat, as promtool prints lint findings and exits 0.
 func TestLoadKubePrometheus(t *testing.T) {
 	t.Parallel()
 	set, err := loadTestdata(t, "public/kube-prometheus-kubernetesControlPlane-prometheusRule.yaml")

@@ -291,7 +291,7 @@ const MaxFileBytes = 4 << 20
 
 // readFile reads a rule file, refusing one over MaxFileBytes before
 // reading it: parsing YAML costs tens of times the file's size in memory,
-// so a 50 MB file took 9 s and 319 MB before it was refused (issue 12). A
+// so a 50 MB file took 9 s and 319 MB before it was refused. A
 // file whose size stat cannot tell (a pipe, a device) is read up to the
 // limit and refused past it.
 func readFile(path string) ([]byte, error) {
@@ -658,7 +658,7 @@ func (l *loader) rule(n *yaml.Node, group string, index int, interval time.Durat
 // (sameSeries); otherwise it is a warning, as in promtool, since their
 // expressions may well keep them apart: kube-prometheus records
 // code_verb:apiserver_request_total:increase1h four times, once for each
-// of code=~"2..", "3..", "4.." and "5.." (issue 14).
+// of code=~"2..", "3..", "4.." and "5..".
 func (l *loader) checkDuplicates() {
 	type key struct{ group, name string }
 	byName := map[key][]*Rule{}

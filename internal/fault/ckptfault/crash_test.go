@@ -18,7 +18,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
 )
 
-// TestRecoveryAfterSIGKILLAtRandom is issue 12's property: an injector
+// TestRecoveryAfterSIGKILLAtRandom is the recovery property: an injector
 // killed at a random moment (from before its record is written to long
 // after the fault is in), its target then vanishing in one of its ways or
 // not, is recovered by a fresh injector, as the next run would, to the

@@ -12,7 +12,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
 )
 
-// TestRecoveryAfterSIGKILLAtRandom is issue 12's property for the GPU
+// TestRecoveryAfterSIGKILLAtRandom is the recovery property for the GPU
 // load children, run with the fake gpuchaos (no GPU needed): an injector
 // of exhaustion.sm-burn killed at a random moment (from before its record
 // is written to long after its child is ready), with or without

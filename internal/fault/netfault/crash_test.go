@@ -54,15 +54,15 @@ func (c *crashNet) snapshot(ctx context.Context) (nf.Snapshot, error) {
 	return nf.Take(ctx, nf.Target{PID: c.look, Interface: c.iface})
 }
 
-// TestRecoveryAfterSIGKILLAtRandom is issue 12's property for the network
+// TestRecoveryAfterSIGKILLAtRandom is the recovery property for the network
 // faults: an injector killed at a random moment (from before its record
 // is written to long after its qdisc or filters are in), its target then
 // vanishing in one of its ways or not, is recovered by a fresh injector,
 // as the next run would: the interface's traffic control as before, or
 // gone only with the proof, or pending with a reason. Never recovered or
 // gone over a leftover; in particular not when the process the fault was
-// found through exited while its namespace lives on (the bug behind the
-// issue).
+// found through exited while its namespace lives on (recovery once left
+// the fault in place there).
 func TestRecoveryAfterSIGKILLAtRandom(t *testing.T) {
 	rng := testutil.Rand(t)
 	ctx := context.Background()

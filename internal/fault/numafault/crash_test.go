@@ -16,7 +16,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
 )
 
-// TestRecoveryAfterSIGKILLAtRandom is issue 12's property for the NUMA
+// TestRecoveryAfterSIGKILLAtRandom is the recovery property for the NUMA
 // faults this machine runs: an injector killed at a random moment (from
 // before its record is written to long after the fault is in), with or
 // without Pdeathsig for its hog, the target then exiting or not, is

@@ -19,7 +19,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/node/procfind"
 )
 
-// TestRecoveryAfterSIGKILLAtRandom is issue 12's property for the rank
+// TestRecoveryAfterSIGKILLAtRandom is the recovery property for the rank
 // faults: an injector killed at a random moment (from before its record
 // is written to long after the fault is in), its rank then exiting, its
 // pacer then killed, or neither, is recovered by a fresh injector, as the

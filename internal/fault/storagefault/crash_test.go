@@ -17,7 +17,7 @@ import (
 // started: it waits for its go-ahead, which carries childEnv.
 const spawnedEnv = "GPUCHAOS_STORAGEFAULT_SPAWNED"
 
-// TestRecoveryAfterSIGKILLAtRandom is issue 12's property for the storage
+// TestRecoveryAfterSIGKILLAtRandom is the recovery property for the storage
 // partition: an injector killed at a random moment (from before its
 // record is written to long after its filters are in), the interface to
 // the server then renamed, deleted or left, is recovered by a fresh

@@ -60,8 +60,8 @@ const (
 // minute or less that the twin can make fire, the second under two
 // faults) and nvidia_gpu_exporter's own NvidiaGpuPowerBrake (for: 5m, the
 // shortest of that chart's rules that catch a fault) — and the
-// recommended pack's NodeGpuCountDropped, the case issue 14 found
-// predicted at 90 s and measured at 64–76 s.
+// recommended pack's NodeGpuCountDropped, once predicted at 90 s and
+// measured at 64–76 s.
 var agreements = []struct {
 	file, alert, fault string
 }{
@@ -72,11 +72,11 @@ var agreements = []struct {
 	{"internal/detect/rules/packs/recommended.yaml", "NodeGpuCountDropped", "hardware.fallen-off-bus"},
 }
 
-// TestPrometheusAgreesWithCoverage is issue 14's "the virtual clock tells
-// the same time as the real thing": for each rule above, the time to
-// detect that coverage predicts equals, within one evaluation interval of
-// the rule's group, what a real Prometheus measures on a live twin with the
-// same seed, spec, warm-up, fault, rules and intervals.
+// TestPrometheusAgreesWithCoverage holds the virtual clock to the real
+// thing: for each rule above, the time to detect that coverage predicts
+// equals, within one evaluation interval of the rule's group, what a real
+// Prometheus measures on a live twin with the same seed, spec, warm-up,
+// fault, rules and intervals.
 //
 // Coverage's fault starts just after a scrape and at an evaluation. Each
 // live twin is started so that its fault does too: the twin runs from

@@ -79,7 +79,7 @@ spec:
       probe: {prometheus: {query: count by (Hostname) (DCGM_FI_DEV_GPU_TEMP), op: "<", value: 8}}
 `
 
-// TestPrometheusLiveLoop is the live loop of issue 3 end to end: a real
+// TestPrometheusLiveLoop is the live loop end to end: a real
 // Prometheus scrapes a live twin every second and evaluates real alert
 // rules; the engine makes GPU 3 of gpu-node-0 fall off the bus and judges
 // the alerts through the HTTP API.

@@ -244,8 +244,8 @@ func (c *cluster) leader(t *testing.T, not string) (*proc, string) {
 	return lead, holder
 }
 
-// TestKubernetesEndToEnd runs issue 15's scenarios one after another on
-// one cluster, each through the real processes.
+// TestKubernetesEndToEnd runs the Kubernetes path's scenarios one after
+// another on one cluster, each through the real processes.
 func TestKubernetesEndToEnd(t *testing.T) {
 	began := time.Now()
 	c := setup(t)

@@ -58,7 +58,7 @@
 //	 2000     200      3.11        5.26            108.7               92.8      10.6
 //	 5000     500     11.91        7.38            168.4              144.6      11.7
 //
-// Issue 15 asks for under 30 s each at 5,000 nodes and under 500 MiB for
+// The target is under 30 s each at 5,000 nodes and under 500 MiB for
 // the controller. A run of 5,000 alone a few minutes earlier (load 6.8 to
 // 9.7) gave 8.96 s applied, 8.22 s recovered, 173.2 MiB. With the
 // operator, applied-s counts from the Experiment's create, so it includes

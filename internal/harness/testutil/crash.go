@@ -55,7 +55,7 @@ func Starting() {
 }
 
 // CrashRounds is how many times a SIGKILL property test kills an
-// injector: the fifty of issue 12.
+// injector.
 const CrashRounds = 50
 
 // SeedEnv, set to a number, replays a property test's rounds with that

@@ -90,8 +90,8 @@ func TestShapes(t *testing.T) {
 		numaNodes []int
 		nicDev    map[string]string
 	}{
-		// Issue 14: a 4x GB200 box (NUMA Affinity lists), and a container
-		// that leaves CPU and NUMA Affinity blank.
+		// A 4x GB200 box (NUMA Affinity lists), and a container that
+		// leaves CPU and NUMA Affinity blank.
 		{file: "gb200x4-nics.txt", gpus: 4, nics: 8,
 			links:    map[string]string{"0-1": "NV18", "2-3": "NV18"},
 			nicLinks: map[string]string{"GPU0-NIC0": "SYS", "NIC2-NIC3": "PIX", "NIC6-NIC7": "PIX"},
@@ -102,7 +102,7 @@ func TestShapes(t *testing.T) {
 			links:    map[string]string{"0-7": "NV18"},
 			nicLinks: map[string]string{"GPU0-NIC0": "PIX", "GPU7-NIC1": "PIX", "NIC0-NIC1": "SYS"},
 			gpu:      3, cpu: ""},
-		// Issue 14, real pastes: vLLM's collect_env on a box whose
+		// Real pastes: vLLM's collect_env on a box whose
 		// nvidia-smi left CPU and NUMA Affinity blank (tabs expanded to
 		// spaces), and lmdeploy's check_env with device-named NIC columns
 		// and no GPU NUMA ID column.
@@ -199,9 +199,9 @@ func TestParseErrors(t *testing.T) {
 		{"gpu numbering", "\tGPU0\tGPU2\tCPU Affinity\n", "topo: line 1: header: column GPU2 where GPU1 was expected"},
 		{"unknown trailing column", "\tGPU0\tCPU Affinity\tColour\n", `topo: line 1: header: unknown column "Colour" after "CPU Affinity"`},
 		{"duplicate column", "\tGPU0\tNIC0\tNIC0\tCPU Affinity\n", "topo: line 1: header: column NIC0 appears twice"},
-		// Issue 14: a real paste (vllm-project/vllm#13855) whose copy lost
-		// the tab between NIC8 and NIC9 in the header and between two cells
-		// in GPU4-7's rows; it must fail, not shift columns.
+		// A real paste (vllm-project/vllm#13855) whose copy lost the tab
+		// between NIC8 and NIC9 in the header and between two cells in
+		// GPU4-7's rows; it must fail, not shift columns.
 		{"merged header cells", "\tGPU0\tGPU1\tGPU2\tGPU3\tGPU4\tGPU5\tGPU6\tGPU7\tNIC0\tNIC1\tNIC2\tNIC3\tNIC4\tNIC5\tNIC6\tNIC7\tNIC8NIC9\tNIC10\tNIC11\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n" +
 			"GPU0\t X \tNV18\tNV18\tNV18\tNV18\tNV18\tNV18\tNV18\tPXB\tNODE\tNODE\tNODE\tNODE\tNODE\tSYS\tSYS\tSYS\tSYS\tSYS\tSYS\t0-55,112-167\t0\t\tN/A\n",
 			"topo: line 2: row GPU0 has 23 cells, header has 22"},

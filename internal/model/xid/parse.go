@@ -196,7 +196,7 @@ func ParseLine(line string) (Event, bool) {
 // or a JSON object puts after it. The opening quote must stand right before
 // "NVRM:" or open the line (after any "> " of a quoted reply), or the
 // prefix must leave a JSON string open ({"line":"kern  :err   : … ", as a
-// log shipper or gpud writes a kernel line: issue 14); a message that
+// log shipper or gpud writes a kernel line); a message that
 // merely ends in a quote keeps it.
 func unquote(prefix, msg string) string {
 	closing, ok := "", false

@@ -120,7 +120,8 @@ func TestCatalogue(t *testing.T) {
 			t.Errorf("code %d (%s): action %q, want %q", in.Code, in.Resolution, in.Action, want)
 		}
 	}
-	// The table before issue 14: every code keeps its action.
+	// The hand-written table from before NVIDIA's catalogue was read in:
+	// every code keeps its action.
 	old := map[int]Action{
 		8: ActionRestartApp, 13: ActionRestartApp, 31: ActionRestartApp, 32: ActionRestartApp, 38: ActionNone,
 		43: ActionRestartApp, 45: ActionInvestigate, 46: ActionResetGPU, 48: ActionResetGPU, 56: ActionInvestigate,
@@ -332,7 +333,7 @@ func TestParseLine(t *testing.T) {
 			&Event{Kind: "xid", Code: 161, PCI: "0000:02:00", PID: ptr(1), Process: ptr("a"), Message: "b", Action: ActionNone}},
 		{"sxid non-fatal", "nvidia-nvswitch3: SXid (PCI:0000:4e:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV error (First)",
 			&Event{Kind: "sxid", Code: 12028, PCI: "0000:4e:00", Message: "Non-fatal, Link 32 egress non-posted PRIV error (First)", Action: ActionNone}},
-		// Issue 14: shapes from pastes in public threads (testdata/pastes.log says where each is from).
+		// Shapes from pastes in public threads (testdata/pastes.log says where each is from).
 		{"talosctl dmesg", "mc-pt1-pkp-srv-1a: kern:     err: [2025-09-13T20:46:45.810476849Z]: NVRM: Xid (PCI:0000:01:00): 43, pid=80798, name=llama-server, Ch 00000008",
 			&Event{Kind: "xid", Code: 43, PCI: "0000:01:00", PID: ptr(80798), Process: ptr("llama-server"), Message: "Ch 00000008", Action: ActionRestartApp, Time: "2025-09-13T20:46:45.810476849Z"}},
 		{"talosctl dmesg, one node", "kern: warning: [2025-09-13T20:46:46.000000849Z]: NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.",
@@ -361,7 +362,7 @@ func TestParseLine(t *testing.T) {
 			&Event{Kind: "xid", Code: 43, PCI: "0000:cb:00", PID: ptr(1), Process: ptr("a"), Message: "Ch 00000008", Action: ActionRestartApp, Time: "Fri Aug 30 11:43:09 2024"}},
 		{"message ending in a quote keeps it", `NVRM: Xid (PCI:0000:06:00): 13, pid=1, name=a, Exception "x"`,
 			&Event{Kind: "xid", Code: 13, PCI: "0000:06:00", PID: ptr(1), Process: ptr("a"), Message: `Exception "x"`, Action: ActionRestartApp}},
-		// Issue 14, real pastes: util-linux dmesg -x --time-format iso
+		// Real pastes: util-linux dmesg -x --time-format iso
 		// (leptonai/gpud#870), NVIDIA's own Xid page with the stamp elided
 		// as "[…]", and the same dmesg -x line inside a JSON log field
 		// (leptonai/gpud#338).
@@ -444,7 +445,7 @@ func TestGolden(t *testing.T) {
 
 // TestParseSXidDetail checks that Parse folds an SXid's detail lines into
 // it, and turns a run of detail lines whose SXid line was lost into one
-// event (issue 14).
+// event.
 func TestParseSXidDetail(t *testing.T) {
 	t.Parallel()
 	const (
@@ -468,7 +469,7 @@ func TestParseSXidDetail(t *testing.T) {
 		{"two switches, headers lost", sev + data + sev2, []string{
 			"sxid 12028 investigate Severity 0 Engine instance 32 Sub-engine instance 00",
 			"sxid 20034 investigate Severity 1 Engine instance 46 Sub-engine instance 00"}},
-		// Issue 14: a real Data line whose SXid line was not in the paste
+		// A real Data line whose SXid line was not in the paste
 		// (leptonai/gpud#338), as dmesg -x printed it and as gpud logged it
 		// inside a JSON field: one event, without the JSON's closing "}.
 		{"real Data line, then the same in JSON", gpudData + "\n" + gpudJSON + "\n", []string{
@@ -651,7 +652,7 @@ func TestEventJSON(t *testing.T) {
 	if string(b) != want {
 		t.Errorf("JSON = %s\nwant   %s", b, want)
 	}
-	// A redacted address is null, not "" (issue 14).
+	// A redacted address is null, not "": there is no address to give.
 	ev, _ = ParseLine("[ 1.5] NVRM: Xid (PCI:0000:xx:00): 79, GPU has fallen off the bus.")
 	b, err = json.Marshal(ev)
 	if err != nil {

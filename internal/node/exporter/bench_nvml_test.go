@@ -12,7 +12,7 @@ import (
 // eight GPUs of go-nvml's DGX H200 mock, then one GET /metrics through the
 // handler. Its core-share (ns/op over 1e9) is the share of one core the
 // agent needs at 1 s sampling, less the driver's own time inside NVML,
-// which the mock does not spend (scripts/agent-cost.sh measures that on a
+// which the mock does not spend (scripts/agent-cost measures that on a
 // GPU machine). No heap figure: the mock logs every call it answers, so
 // its heap grows with b.N; BenchmarkSecond reports the agent's.
 func BenchmarkSecondNVML(b *testing.B) {

@@ -50,7 +50,7 @@ func BenchmarkExposition(b *testing.B) {
 
 // BenchmarkCollect is one sampling pass over 8 GPUs of the twin: the
 // agent's own bookkeeping plus the twin source (NVML's cost is the
-// driver's, measured on the GPU machine by scripts/agent-cost.sh).
+// driver's, measured on the GPU machine by scripts/agent-cost).
 func BenchmarkCollect(b *testing.B) {
 	a := benchAgent(b)
 	ctx := context.Background()

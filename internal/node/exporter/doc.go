@@ -21,7 +21,7 @@
 // injected fault must show on the page within a probe's deadline, a burn's
 // temperature ceiling must be watched at 1 Hz, and a Prometheus scraping
 // at 15 s should never read a value older than one interval. The cost is
-// measured by scripts/agent-cost.sh on a running agent and, per second of
+// measured by scripts/agent-cost on a running agent and, per second of
 // sampling and scraping, by BenchmarkSecondNVML over go-nvml's mock.
 //
 // A GPU that stops answering (NVML's GPU_IS_LOST, a twin GPU off the bus)

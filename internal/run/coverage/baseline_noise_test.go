@@ -11,7 +11,7 @@ import (
 // TestHealthyTwinIsNotStuck: the twin's telemetry moves a little, scrape
 // after scrape, as a real H200's does, so the public "GPU is down/stuck"
 // rule over a reading that never changes stays quiet on the fault-free
-// baseline (issue 14, observation 4).
+// baseline (observation 4 of scripts/coverage-observations).
 func TestHealthyTwinIsNotStuck(t *testing.T) {
 	t.Parallel()
 	set := loadRules(t, map[string]string{"stuck.yaml": `groups:
@@ -31,8 +31,8 @@ func TestHealthyTwinIsNotStuck(t *testing.T) {
 }
 
 // TestRecommendedPackQuietOnNoisyBaseline: with telemetry noise on, no
-// rule of the recommended pack fires on the fault-free baseline (issue 14,
-// Done when).
+// rule of the recommended pack fires on the fault-free baseline: a pack we
+// recommend must not page a healthy fleet.
 func TestRecommendedPackQuietOnNoisyBaseline(t *testing.T) {
 	t.Parallel()
 	res := run(t, coverage.Options{Seed: 1, Detectors: []*probe.Detector{}, Rules: packs(t, "recommended"),
@@ -44,8 +44,8 @@ func TestRecommendedPackQuietOnNoisyBaseline(t *testing.T) {
 
 // TestLaunchRuleIsNoisy: the fault-free baseline relaunches its job once,
 // as a healthy fleet does every day, so a rule that pages on the memory a
-// launch allocates is noisy and no fault's detector (issue 14,
-// observation 9).
+// launch allocates is noisy and no fault's detector (observation 9 of
+// scripts/coverage-observations).
 func TestLaunchRuleIsNoisy(t *testing.T) {
 	t.Parallel()
 	set := loadRules(t, map[string]string{"alloc.yaml": `groups:

@@ -22,10 +22,10 @@ var clusterRuleFiles = []string{
 }
 
 // TestStandardRulesOnTheTwin runs the standard stack's rules on the twin
-// (issue 14, observation 10): the fault-free twin fires none of them, the
-// absent(up{job=…}) alerts included, and the ones that read what a fault
-// changes on a real cluster catch it there, no sooner than their for:
-// allows. Each row names, for each rule it asserts, exactly the faults of
+// (observation 10 of scripts/coverage-observations): the fault-free twin
+// fires none of them, the absent(up{job=…}) alerts included, and the ones
+// that read what a fault changes on a real cluster catch it there, no
+// sooner than their for: allows. Each row names, for each rule it asserts, exactly the faults of
 // the row the rule must detect.
 func TestStandardRulesOnTheTwin(t *testing.T) {
 	t.Parallel()

@@ -26,8 +26,7 @@ import (
 )
 
 // corpusDir holds public rule files kept as their authors published them;
-// its README.md gives each file's repository, path, commit and licence
-// (issue 14).
+// its README.md gives each file's repository, path, commit and licence.
 const corpusDir = "../../detect/rules/testdata/public"
 
 // corpusGolden pins the coverage verdict of every rule of the corpus under
@@ -173,7 +172,7 @@ func ruleErrors(err error) (found []*rules.Error, other []error) {
 }
 
 // knownRefusals lists corpus files promtool accepts that the loader still
-// refuses, each with the issue that tracks the fix. They are logged, not
+// refuses, each with a note of what the loader lacks. They are logged, not
 // failed, until the loader is fixed; a file listed here that loads fails
 // the test, so the list shrinks with the fixes.
 var knownRefusals = map[string]string{}
@@ -199,14 +198,14 @@ func TestCorpusLoadsAsPromtool(t *testing.T) {
 					accepted, why = false, strings.TrimSpace(string(out))
 				}
 			}
-			issue, known := knownRefusals[name]
+			note, known := knownRefusals[name]
 			switch {
 			case accepted && loadErr != nil && known:
-				t.Logf("known mismatch (%s): promtool accepts, the loader refuses: %v", issue, loadErr)
+				t.Logf("known mismatch (%s): promtool accepts, the loader refuses: %v", note, loadErr)
 			case accepted && loadErr != nil:
 				t.Errorf("promtool accepts it, the loader refuses it: %v", loadErr)
 			case accepted && known:
-				t.Errorf("loads now: take it out of knownRefusals (%s)", issue)
+				t.Errorf("loads now: take it out of knownRefusals (%s)", note)
 			case !accepted && loadErr == nil:
 				t.Errorf("promtool rejects it, the loader loads %d rules:\n%s", len(set.Rules), why)
 			case !accepted:
@@ -274,7 +273,9 @@ func TestCorpusCoverage(t *testing.T) {
 	compareGolden(t, fleetsGolden, fleets.Bytes())
 }
 
-// verdictsFile is the hand check of the corpus' verdicts (issue 14).
+// verdictsFile is the hand check of the corpus' verdicts: each rule's
+// status read against its reason, so a golden refreshed with -update
+// cannot move a verdict that nobody read.
 const verdictsFile = corpusDir + "/VERDICTS.md"
 
 // TestCorpusVerdictsMatchGoldens holds VERDICTS.md to the goldens: its two

@@ -194,7 +194,7 @@ func (n Noise) Text() string { return n.Count() + " on the fault-free twin" }
 
 // Noisy is the verdict of every cell of a detector that fires on the
 // fault-free twin, and the status of its rule: what it fires on says
-// nothing about the fault, so it gets no detection credit (issue 14).
+// nothing about the fault, so it gets no detection credit.
 const Noisy = "noisy"
 
 // discredit takes detection credit from the noisy detectors: their cells
@@ -296,7 +296,7 @@ const recoveryWindow = 10 * time.Minute
 // The fault-free baseline relaunches its job cleanly baselineRelaunchAfter
 // into the observed span, down for baselineRelaunchDown (process exit, start
 // and checkpoint load on the same GPUs), so a rule that fires on every job
-// launch fires there too (issue 14, observation 9).
+// launch fires there too (observation 9 of scripts/coverage-observations).
 const (
 	baselineRelaunchAfter = 5 * time.Minute
 	baselineRelaunchDown  = 30 * time.Second
@@ -383,7 +383,7 @@ feed:
 	}
 	for i := range res.Rules {
 		// By its column, not its name: two files' same-named alerts are
-		// two columns (issue 14).
+		// two columns, and each keeps its own detections.
 		col := res.Rules[i].Detector
 		if col == "" {
 			continue

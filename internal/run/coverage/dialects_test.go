@@ -14,7 +14,7 @@ import (
 // GPU exporter than dcgm-exporter: with that exporter declared the twin
 // exports its series from the same GPUs and the rule detects the fault;
 // under the default exporters the analysis dismisses it, naming the
-// exporter (issue 14).
+// exporter.
 func TestExporterDialects(t *testing.T) {
 	t.Parallel()
 	tests := []struct {

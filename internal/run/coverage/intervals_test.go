@@ -14,8 +14,8 @@ import (
 // scrape and at an evaluation, so a GPU that falls off the bus is gone
 // from the next scrape, the rule goes pending at the first evaluation
 // that sees it, and fires at the first evaluation at least for: later
-// (issue 14: 90 s predicted with a 30 s scrape against a live loop that
-// scraped every second).
+// (coverage once predicted 90 s with a 30 s scrape against a live loop
+// that scraped every second).
 func TestIntervalsSetTimeToDetect(t *testing.T) {
 	t.Parallel()
 	set := loadRules(t, map[string]string{"count.yaml": `groups:

@@ -12,7 +12,8 @@ import (
 // TestPrepareEvaluatesOnlyRulesThatCanFire: a rule that reads an opt-in
 // counter left off, a metric no exporter produces, or a record that never
 // produces a series is a column and a report like any other, but is left
-// out of the evaluation, so it costs nothing per fault (issue 12).
+// out of the evaluation, so it costs nothing per fault: a fleet's pile of
+// dead rules must not slow the run.
 func TestPrepareEvaluatesOnlyRulesThatCanFire(t *testing.T) {
 	t.Parallel()
 	set, err := rules.Load([]byte(`groups:
@@ -79,7 +80,7 @@ func TestCoverageTwinKeepsItsWholeSpan(t *testing.T) {
 
 // TestNoteOffTwinFollowsRecords: a rule that reads a record of a series the
 // fleet has and the twin does not export reads nothing on the twin, as the
-// record does, and its reason says so (issue 14; kube-prometheus'
+// record does, and its reason says so (as kube-prometheus'
 // cluster:node_cpu:ratio_rate5m over node:node_cpu_utilization:ratio_rate5m).
 func TestNoteOffTwinFollowsRecords(t *testing.T) {
 	t.Parallel()

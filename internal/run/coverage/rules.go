@@ -117,9 +117,9 @@ type ruleSet struct {
 	// live holds the rules the static analysis says can produce a sample.
 	// Only they are evaluated: a rule that can never fire costs nothing
 	// per fault, which keeps a fleet's pile of dead rules from slowing
-	// the run (issue 12). The twin exports nothing the analysis counts
-	// as absent (TestTwinExportsWhatAnalysisCounts), so leaving them out
-	// changes no cell.
+	// the run. The twin exports nothing the analysis counts as absent
+	// (TestTwinExportsWhatAnalysisCounts), so leaving them out changes no
+	// cell.
 	live *rules.Set
 	// uses holds each report's metrics as the analysis saw them, and col
 	// each alert report's matrix column (nil for a record).
@@ -305,7 +305,7 @@ func firingRules(ctx context.Context, eval promeval.Options, set *ruleSet, tw *t
 }
 
 // cleanHour is how long the fault-free twin runs to vet a suggestion: an
-// hour after the warm-up, as the issue asks.
+// hour after the warm-up.
 const cleanHour = time.Hour
 
 // suggest proposes, for every fault that no rule under test caught within

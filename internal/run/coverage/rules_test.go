@@ -28,10 +28,10 @@ func packs(t testing.TB, names ...string) *rules.Set {
 	return set
 }
 
-// TestTypicalPackCoverage is the acceptance check on the real PromQL
-// engine: the seed's rule can never fire and says why; the typical pack
-// misses the silent faults; every fault it misses gets a recommended rule
-// or a reason.
+// TestTypicalPackCoverage is the acceptance check of rule coverage on the
+// real PromQL engine: the seed's rule can never fire and says why; the
+// typical pack misses the silent faults; every fault it misses gets a
+// recommended rule or a reason.
 func TestTypicalPackCoverage(t *testing.T) {
 	res := run(t, coverage.Options{Seed: 1, Detectors: []*probe.Detector{}, Rules: packs(t, "seed", "typical"), Recommended: packs(t, "recommended")})
 	var seed *coverage.RuleReport
@@ -134,7 +134,7 @@ func TestSuggestionsHoldUp(t *testing.T) {
 	}
 }
 
-// BenchmarkCatalogue50Rules is the speed target: the whole
+// BenchmarkCatalogue50Rules is the speed target of a coverage run: the whole
 // catalogue on the demo twin against 50 rules (the three bundled packs plus
 // the typical pack again as a second team's copy, cut at 50), every rule
 // evaluated with the real PromQL engine. No suggestions.

@@ -355,7 +355,7 @@ func seconds(s float64) string {
 
 // missedBy is the DETECTED BY cell of a fault nothing noticed, which says
 // how many detectors were judged: "all 0" when none was (recording rules
-// only, no --builtin) said nothing true (issue 14).
+// only, no --builtin) said nothing true.
 func missedBy(detectors int) string {
 	switch detectors {
 	case 0:
@@ -370,7 +370,7 @@ func missedBy(detectors int) string {
 
 // oneDecimal formats a figure to one decimal place without the "-0.0" a
 // tiny negative rounds to: a fault that cost a few GPU-seconds less than
-// the baseline cost nothing (issue 14).
+// the baseline cost nothing.
 func oneDecimal(v float64) string {
 	s := fmt.Sprintf("%.1f", v)
 	if s == "-0.0" {

@@ -211,7 +211,8 @@ func TestCoverageHTML(t *testing.T) {
 }
 
 // TestCoverageHTMLUnknown: rules over metrics no exporter lists get their
-// own list, apart from those that can never fire (issue 14, observation 5).
+// own list, apart from those that can never fire (observation 5 of
+// scripts/coverage-observations).
 func TestCoverageHTMLUnknown(t *testing.T) {
 	t.Parallel()
 	res := sample(t)

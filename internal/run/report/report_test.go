@@ -290,7 +290,8 @@ func TestCoverageTable(t *testing.T) {
 			absent: []string{"Late (", "False positives"},
 		},
 		{
-			// Issue 14, observation 12: no "all 0 detectors", no "-0.0".
+			// Observation 12 of scripts/coverage-observations: no "all 0
+			// detectors", no "-0.0".
 			name: "no detector judged, a cost a hair under the baseline's",
 			res: result(nil, coverage.Baseline{Job: coverage.JobImpact{Goodput: 0.99, LostGPUHours: 0.32}, FalsePositives: []string{}},
 				faultResult(fault(t, "numa.remote-memory"), rank3, coverage.JobImpact{Goodput: 0.99, LostGPUHours: 0.3}, nil)),
@@ -304,8 +305,9 @@ func TestCoverageTable(t *testing.T) {
 			rows: [][]string{{"numa.remote-memory", "train/rank3", "MISSED by the only detector"}},
 		},
 		{
-			// Issue 14, observation 3: the report says how often a noisy
-			// detector fired, and does not call it silent.
+			// Observation 3 of scripts/coverage-observations: the report
+			// says how often a noisy detector fired, and does not call it
+			// silent.
 			name: "noisy detector",
 			res: result(ds, coverage.Baseline{Job: coverage.JobImpact{Goodput: 1}, FalsePositives: []string{"dcgm-gpu-temp-high"},
 				Noisy: []coverage.Noise{{Detector: "dcgm-gpu-temp-high", Firings: 4, Seconds: 1800}}},
@@ -317,7 +319,8 @@ func TestCoverageTable(t *testing.T) {
 			},
 		},
 		{
-			// Issue 14, observation 12: a recording rule never produces.
+			// Observation 12 of scripts/coverage-observations: a recording
+			// rule never produces.
 			name: "rules that never fire and records that never produce",
 			res: func() *coverage.Result {
 				r := result(nil, none, faultResult(fault(t, "numa.remote-memory"), rank3, coverage.JobImpact{Goodput: 0.95}, nil))

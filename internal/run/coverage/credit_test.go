@@ -48,7 +48,7 @@ func loadRules(t testing.TB, files map[string]string) *rules.Set {
 // TestNoisyRuleGetsNoCredit: a rule that fires on the fault-free twin (a
 // busy training job keeps GPU utilisation above 95 %) is noisy — it is not
 // counted as the detector of any fault, and the report says how often it
-// fired (issue 14, observation 3).
+// fired (observation 3 of scripts/coverage-observations).
 func TestNoisyRuleGetsNoCredit(t *testing.T) {
 	t.Parallel()
 	set := loadRules(t, map[string]string{"busy.yaml": `groups:
@@ -102,7 +102,7 @@ func TestNoisyRuleGetsNoCredit(t *testing.T) {
 // TestSameNamedRulesKeepTheirDetections: two files each define
 // GPUHighTemperature, one that catches thermal throttling and one that
 // reads a metric no exporter produces; each report's detects is its own
-// (issue 14, observation 7).
+// (observation 7 of scripts/coverage-observations).
 func TestSameNamedRulesKeepTheirDetections(t *testing.T) {
 	t.Parallel()
 	set := loadRules(t, map[string]string{
@@ -137,8 +137,8 @@ func TestSameNamedRulesKeepTheirDetections(t *testing.T) {
 // TestAbsentOfUnknownStaysUnknown: absent() of a metric no exporter
 // gpuchaos knows fires on the twin, which lacks that exporter; the rule
 // stays unknown rather than noisy, its reason says how often it fired, and
-// it gets no detection credit (issue 14; kuberay's
-// MissingMetricRayGlobalControlStore).
+// it gets no detection credit (as kuberay's public
+// MissingMetricRayGlobalControlStore would otherwise get).
 func TestAbsentOfUnknownStaysUnknown(t *testing.T) {
 	t.Parallel()
 	set := loadRules(t, map[string]string{"ray.yaml": `groups:

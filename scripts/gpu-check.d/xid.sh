@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The xid section of scripts/gpu-check.sh: XID lines written to /dev/kmsg
+# The xid section of scripts/gpu-check: XID lines written to /dev/kmsg
 # for GPU $GPU's real bus id (code 13, an application error that implies no
 # reset to anything acting on it), timed twice over 200 single lines with a
 # 1000-line burst in one second:
@@ -8,10 +8,10 @@
 #      (gpuchaos xid bench --metrics): the whole path a scrape sees.
 # Targets: p99 within 50 ms, no line of the burst lost. Needs root.
 #
-# Usage: [BIN=bin/gpuchaos] [GPU=0] scripts/gpu-check/xid.sh OUT_DIR
+# Usage: [BIN=bin/gpuchaos] [GPU=0] scripts/gpu-check.d/xid.sh OUT_DIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-. scripts/gpu-check/row.sh
+. scripts/gpu-check.d/row.sh
 BIN=${BIN:-bin/gpuchaos}
 GPU=${GPU:-0}
 out=${1:-$(mktemp -d)}

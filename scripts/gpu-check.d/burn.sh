@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The burn section of scripts/gpu-check.sh (run it from there, or alone:
-# [BIN=bin/gpuchaos] [BURN_SECONDS=20] [GPU=0] scripts/gpu-check/burn.sh OUT_DIR).
+# The burn section of scripts/gpu-check (run it from there, or alone:
+# [BIN=bin/gpuchaos] [BURN_SECONDS=20] [GPU=0] scripts/gpu-check.d/burn.sh OUT_DIR).
 #
 # On one GPU (GPU, default 0), in one run:
-#   1. bf16 and tf32: PyTorch `a @ b` (torch_matmul.py), then
+#   1. bf16 and tf32: PyTorch `a @ b` (torch-matmul.py), then
 #      `gpuchaos burn`, then PyTorch again, each for BURN_SECONDS (bash owns SECONDS) on 8192³
 #      random inputs timed the same way (CUDA events around batches of
 #      products after a warm-up batch). Ours is compared with the mean of
@@ -28,7 +28,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,temperature.gpu,power.draw,power.limit,clocks.sm --format=csv
 "$BIN" --help >/dev/null
 
-torch_run() { python3 scripts/gpu-check/torch_matmul.py --dtype "$1" --seconds "$SECONDS_EACH" --device "$GPU" >"$OUT_DIR/torch-$1-$2.json"; }
+torch_run() { python3 scripts/gpu-check.d/torch-matmul.py --dtype "$1" --seconds "$SECONDS_EACH" --device "$GPU" >"$OUT_DIR/torch-$1-$2.json"; }
 for dt in bf16 tf32; do
   echo "== $dt: PyTorch, gpuchaos burn, PyTorch (${SECONDS_EACH}s each)" >&2
   torch_run "$dt" before

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The local section of scripts/gpu-check.sh: experiments through the engine
+# The local section of scripts/gpu-check: experiments through the engine
 # on this node (--target local), as root, with a gpuchaos agent serving
 # 127.0.0.1:9400 for the metric probes:
 #   examples/local/xid-kernel-log.yaml    kmsg-xid detector + log probe
@@ -10,10 +10,10 @@
 # the next run must recover it from the ledger, leaving no burner or hold
 # running and the GPU's memory as it was.
 #
-# Usage: [BIN=bin/gpuchaos] [GPU=0] scripts/gpu-check/local.sh OUT_DIR
+# Usage: [BIN=bin/gpuchaos] [GPU=0] scripts/gpu-check.d/local.sh OUT_DIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-. scripts/gpu-check/row.sh
+. scripts/gpu-check.d/row.sh
 BIN=${BIN:-bin/gpuchaos}
 GPU=${GPU:-0}
 out=${1:-$(mktemp -d)}

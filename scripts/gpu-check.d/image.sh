@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The image section of scripts/gpu-check.sh: the container image the Helm
+# The image section of scripts/gpu-check: the container image the Helm
 # chart runs (scripts/build-image's docker archive, $IMAGE), unpacked and
 # run under chroot on a GPU machine the way the NVIDIA container runtime
 # runs the agent's pod: the driver's libnvidia-ml copied into the image's
@@ -8,10 +8,10 @@
 # read every GPU nvidia-smi lists, with the same UUIDs, through the
 # image's own C library. Needs root.
 #
-# Usage: [IMAGE=bin/gpuchaos-image.tar] scripts/gpu-check/image.sh OUT_DIR
+# Usage: [IMAGE=bin/gpuchaos-image.tar] scripts/gpu-check.d/image.sh OUT_DIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-. scripts/gpu-check/row.sh
+. scripts/gpu-check.d/row.sh
 IMAGE=${IMAGE:-bin/gpuchaos-image.tar}
 out=${1:-$(mktemp -d)}
 mkdir -p "$out"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch reference for scripts/gpu-check/burn.sh: N×N×N matrix products timed
+"""PyTorch reference for scripts/gpu-check.d/burn.sh: N×N×N matrix products timed
 exactly as `gpuchaos burn` times its own. Inputs uniform in [-1, 1) drawn on
 the GPU; one product to size a batch of about --batch-target seconds; then
 batches of that many `a @ b`, each between two CUDA events, until --seconds

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The exhaust section of scripts/gpu-check.sh, on GPU $GPU:
+# The exhaust section of scripts/gpu-check, on GPU $GPU:
 #   vram  hold 90 % of the free memory for 15 s; nvidia-smi's memory.used
 #         while held must have grown by what the hold reports, and must be
 #         back where it was once released.
@@ -9,10 +9,10 @@
 # Only allocates and copies: no clock, power, persistence, compute or MIG
 # setting is touched.
 #
-# Usage: [BIN=bin/gpuchaos] [GPU=0] scripts/gpu-check/exhaust.sh OUT_DIR
+# Usage: [BIN=bin/gpuchaos] [GPU=0] scripts/gpu-check.d/exhaust.sh OUT_DIR
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-. scripts/gpu-check/row.sh
+. scripts/gpu-check.d/row.sh
 BIN=${BIN:-bin/gpuchaos}
 GPU=${GPU:-0}
 out=${1:-$(mktemp -d)}

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The agent section of scripts/gpu-check.sh: `gpuchaos agent` against
+"""The agent section of scripts/gpu-check: `gpuchaos agent` against
 nvidia-smi read at the same instant, then the agent's own cost.
 
 Same instant: the agent samples on ticks aligned to whole seconds (interval
@@ -8,15 +8,15 @@ sample taken at x.0 s. nvidia-smi runs beside it in its loop mode
 (-lms 100) with its timestamp column, and each agent reading is compared
 with the nvidia-smi row of the same GPU nearest to x.0 s (at most 50 ms
 away). Three readings idle, five under a PyTorch bf16 matmul load on GPU
-$GPU. Tolerances (issue 4): temperature ±2 °C, power ±10 %, memory used
-exact, clocks ±5 %; UUID and bus id must match.
+$GPU. Tolerances (the agent's targets): temperature ±2 °C, power ±10 %,
+memory used exact, clocks ±5 %; UUID and bus id must match.
 
-Then scripts/agent-cost.sh measures the agent's CPU time and peak memory
+Then scripts/agent-cost measures the agent's CPU time and peak memory
 over 60 s at 1 s sampling (targets: under 1 % of one core, under 50 MiB).
 When bin/gpu.test exists (go test -c -o bin/gpu.test ./internal/node/gpu), its
 NVML per-call benchmark says where the agent's CPU goes.
 
-Usage: [BIN=bin/gpuchaos] [GPU=0] scripts/gpu-check/agent.py OUT_DIR
+Usage: [BIN=bin/gpuchaos] [GPU=0] scripts/gpu-check.d/agent.py OUT_DIR
 Writes raw readings to OUT_DIR, rows to $SUMMARY, a table to stdout.
 """
 import datetime
@@ -164,7 +164,7 @@ def main(out):
         ok, bad = counts[name]
         summary.append(("agent", name, f"{ok}/{ok + bad} within", "nvidia-smi, same instant", "all", bad == 0))
 
-    cost = subprocess.run(["scripts/agent-cost.sh", "-b", BIN, "-d", "60", "--", "--listen", LISTEN, "--interval", "1s"],
+    cost = subprocess.run(["scripts/agent-cost", "-b", BIN, "-d", "60", "--", "--listen", LISTEN, "--interval", "1s"],
                           capture_output=True, text=True)
     open(f"{out}/cost.txt", "w").write(cost.stdout + cost.stderr)
     print(cost.stdout)
@@ -175,7 +175,7 @@ def main(out):
                         "", "< 1 %", c["cpu_pct_of_one_core"] < 1))
         summary.append(("agent", "peak resident memory", f"{c['max_rss_mib']:.1f} MiB", "", "< 50 MiB", c["max_rss_mib"] < 50))
     else:
-        summary.append(("agent", "cost measured", "agent-cost.sh failed", "", "", False))
+        summary.append(("agent", "cost measured", "agent-cost failed", "", "", False))
 
     if os.access("bin/gpu.test", os.X_OK):
         b = subprocess.run(["bin/gpu.test", "-test.run", "^$", "-test.bench", "NVML", "-test.benchtime", "300x"],

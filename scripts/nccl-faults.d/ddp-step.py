@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """A data-parallel training step whose gradient all-reduce shows: the
-benchmark `scripts/nccl-faults.sh` runs under each NCCL environment fault.
+benchmark `scripts/nccl-faults` runs under each NCCL environment fault.
 
 Run under torchrun, one process per GPU:
 
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \\
-      torchrun --standalone --nproc-per-node 2 scripts/ddp-step.py
+      torchrun --standalone --nproc-per-node 2 scripts/nccl-faults.d/ddp-step.py
 
 Model: --layers bias-free Linear(hidden, hidden) layers with ReLU between
 them, parameters in bf16, so the defaults (8 x 4096 x 4096) hold 134 M

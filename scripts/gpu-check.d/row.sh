@@ -1,5 +1,5 @@
 # row SECTION CHECK MEASURED REFERENCE TARGET OK — add a row to the summary
-# of scripts/gpu-check.sh; OK is 1 (pass) or 0 (FAIL). Sourced by sections.
+# of scripts/gpu-check; OK is 1 (pass) or 0 (FAIL). Sourced by sections.
 row() {
 	local v=FAIL
 	[ "$6" = 1 ] && v=pass

@@ -4,7 +4,7 @@
 Run under torchrun, one process per GPU:
 
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \\
-      torchrun --nproc-per-node 2 scripts/nccl-torch.py \\
+      torchrun --nproc-per-node 2 scripts/nccl-check.d/nccl-torch.py \\
         --op all_reduce --dtype bf16 --bytes 268435456 --iters 20
 
 Method, as gpuchaos nccl: the size is counted as nccl-tests counts it (the
