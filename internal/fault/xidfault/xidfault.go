@@ -31,20 +31,14 @@ type line struct {
 
 // lineFor returns the line a fault's kernel-log mechanism writes for the
 // resolved values, and false for a fault this package does not inject.
+// hardware.xid writes the code, pid and process it is given; every other
+// fault the code of its signature (catalog.Signature.XID), which no
+// channel owns.
 func lineFor(f *catalog.Fault, v catalog.Values) (line, bool) {
-	fixed := map[string]int{
-		"hardware.ecc-sbe-storm":     92,
-		"hardware.ecc-dbe":           48,
-		"hardware.row-remap-pending": 63,
-		"hardware.row-remap-failure": 64,
-		"hardware.nvlink-down":       74,
-		"hardware.fallen-off-bus":    79,
-		"hardware.gsp-timeout":       119,
-	}
 	if f.ID == "hardware.xid" {
 		return line{code: int(v.Int("code")), pid: int(v.Int("pid")), process: v.String("process")}, true
 	}
-	if code, ok := fixed[f.ID]; ok {
+	if code := f.Signature.XID; code != 0 {
 		return line{code: code, pid: -1}, true
 	}
 	return line{}, false
