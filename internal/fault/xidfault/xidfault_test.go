@@ -18,9 +18,10 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/gpuchaos/gpuchaos/internal/fault/all"
+	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/ledger"
+	"github.com/gpuchaos/gpuchaos/internal/fault/nodeall"
 	"github.com/gpuchaos/gpuchaos/internal/fault/xidfault"
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
@@ -254,10 +255,10 @@ func TestRegistry(t *testing.T) {
 	if m == nil {
 		t.Fatal("hardware.xid has no kernel-log mechanism")
 	}
-	if _, err := all.Injector(f, m, all.Env{}); err == nil {
+	if _, err := nodeall.Injector(f, m, fault.Env{}); err == nil {
 		t.Error("kernel-log without a kernel log writer was accepted")
 	}
-	inj, err := all.Injector(f, m, all.Env{Kmsg: kmsg.Writer{}})
+	inj, err := nodeall.Injector(f, m, fault.Env{Kmsg: kmsg.Writer{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +407,7 @@ func TestCrashRecovery(t *testing.T) {
 			m = &f.Mechanisms[i]
 		}
 	}
-	inj, err := all.Injector(f, m, all.Env{Kmsg: kmsg.Writer{Path: filepath.Join(dir, "kmsg")}})
+	inj, err := nodeall.Injector(f, m, fault.Env{Kmsg: kmsg.Writer{Path: filepath.Join(dir, "kmsg")}})
 	if err != nil {
 		t.Fatal(err)
 	}
