@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/gpuchaos/gpuchaos/internal/fault/all"
+	"github.com/gpuchaos/gpuchaos/internal/fault/nodeall"
 	"github.com/gpuchaos/gpuchaos/internal/kube/nodeagent"
 	"github.com/gpuchaos/gpuchaos/internal/node/exporter"
 	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
@@ -260,7 +260,7 @@ func (fl agentFlags) newNodeAgent(devs []gpu.Device, log *slog.Logger) (*nodeage
 	}
 	a, err := nodeagent.New(nodeagent.Options{
 		Client: c, Node: fl.nodeName, Ledger: fl.ledger, GPUs: devs, Agent: name, Resync: fl.resync, CgroupRoot: fl.cgroupRoot,
-		Env:    all.Env{Kmsg: kmsg.Writer{}, Logger: log.With("component", "injector"), GPUNode: gpuNodes(devs)},
+		Env:    nodeall.Env(nodeall.Node{Logger: log.With("component", "injector"), GPUNode: gpuNodes(devs), Pod: &nodeall.Pod{CgroupRoot: fl.cgroupRoot}}),
 		Logger: log.With("component", "nodeagent", "node", fl.nodeName),
 	})
 	if err != nil {

@@ -17,8 +17,14 @@ func TestCheckMechanism(t *testing.T) {
 		return f
 	}
 	hang, straggler := lookup("workload.hang-rank"), lookup("workload.straggler")
-	faults := []string{"workload.hang-rank", "workload.straggler"}
-	mechanisms := []string{"signal", "cgroup-cpu", "duty-cycle", "cgroup-freeze"}
+	// A package serving hang-rank and straggler, with code for signal,
+	// cgroup-cpu, duty-cycle and cgroup-freeze.
+	entries := []Entry{
+		{Mechanism: "signal", Faults: []string{"workload.hang-rank"}},
+		{Mechanism: "cgroup-cpu", Faults: []string{"workload.straggler"}},
+		{Mechanism: "duty-cycle", Faults: []string{"workload.straggler"}},
+		{Mechanism: "cgroup-freeze", Faults: []string{"workload.hang-rank"}},
+	}
 	tests := []struct {
 		name    string
 		f       *catalog.Fault
@@ -39,7 +45,7 @@ func TestCheckMechanism(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			err := CheckMechanism("pkg", tc.f, tc.m, faults, mechanisms)
+			err := CheckMechanism("pkg", tc.f, tc.m, entries)
 			if tc.wantErr == "" {
 				if err != nil {
 					t.Fatalf("err = %v, want none", err)

@@ -1,6 +1,19 @@
-// Package fault defines the contract every injector keeps. Injectors live in
-// subpackages, one per mechanism family; internal/fault/all lists them, and
-// internal/fault/faulttest is the conformance suite each must pass.
+// Package fault defines the contract every injector keeps: the Injector
+// interface, the Env a target gives its injectors, and the Entry each
+// injector package registers for every mechanism it runs. Injectors live
+// in subpackages, one per mechanism family, each listing its own entries
+// (an Entries function); internal/fault/nodeall joins those that act on
+// the machine itself, internal/fault/all joins those with the twin's and
+// the API server's, and internal/fault/faulttest is the conformance suite
+// each injector must pass.
+//
+// This package links neither the twin nor a Kubernetes client, so that
+// the node agent, which builds its injectors from nodeall, links neither
+// either. The twin reaches its injector through TwinPlayer, a small
+// interface in catalogue and inventory terms declared here for Env. The
+// API server's client is not in Env at all: kubefault.Entries builds its
+// entries with the client they act through, which keeps every client type
+// in kubefault, the one package that needs it.
 package fault
 
 import (
@@ -46,18 +59,19 @@ type Injector interface {
 }
 
 // CheckMechanism says whether mechanism m of fault f is one an injector
-// package runs: f is one of the faults it serves, m one of the mechanisms
-// it has code for, and the catalogue lists m among f's mechanisms as built
-// for a target. Which mechanism goes with which fault is the catalogue's
-// to say; a package only lists what it can run, so the two cannot
-// disagree. pkg names the package in errors.
-func CheckMechanism(pkg string, f *catalog.Fault, m *catalog.Mechanism, faults, mechanisms []string) error {
+// package runs: f is one of the faults its entries serve, m one of their
+// mechanisms, and the catalogue lists m among f's mechanisms as built for
+// a target. Which mechanism goes with which fault is the catalogue's to
+// say, and a test of the registry holds the entries to it. pkg names the
+// package in errors.
+func CheckMechanism(pkg string, f *catalog.Fault, m *catalog.Mechanism, entries Registry) error {
 	if f == nil || m == nil {
 		return fmt.Errorf("%s: a fault and a mechanism are required", pkg)
 	}
-	if !slices.Contains(faults, f.ID) {
+	if !entries.servesFault(f) {
 		return fmt.Errorf("%s: fault %s is not one of this package's", pkg, f.ID)
 	}
+	mechanisms := entries.Mechanisms()
 	if cm := f.Mechanism(m.Name); cm != nil && len(cm.Targets) > 0 && slices.Contains(mechanisms, m.Name) {
 		return nil
 	}

@@ -8,6 +8,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
 )
@@ -23,26 +24,27 @@ type writer struct{}
 
 func (writer) Write(int, string) error { return nil }
 
-// env is what each target gives its injectors.
-func env(t *testing.T, target string) Env {
+// env is what each target gives its injectors, and the registry it
+// builds them from.
+func env(t *testing.T, target string) (fault.Env, fault.Registry) {
 	switch target {
 	case "twin":
-		return Env{Twin: player{}}
+		return TwinEnv(player{}, nil), Registry(nil)
 	case "local":
-		return Env{Kmsg: writer{}, StateDir: t.TempDir()}
+		return fault.Env{Kmsg: writer{}, StateDir: t.TempDir()}, Registry(nil)
 	case "k8s":
 		// On k8s the node's agent builds the local injectors and the
-		// controller the API ones. Building an API injector only keeps
-		// the client; kubefault's tests run them against a real API
-		// server.
+		// controller the API ones, with its client. Building an API
+		// injector only keeps the client; kubefault's tests run them
+		// against a real API server.
 		c, err := client.New(&rest.Config{Host: "https://127.0.0.1:1"}, client.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return Env{Kmsg: writer{}, StateDir: t.TempDir(), Kube: c}
+		return fault.Env{Kmsg: writer{}, StateDir: t.TempDir()}, Registry(c)
 	}
 	t.Fatalf("no environment for target %s", target)
-	return Env{}
+	return fault.Env{}, nil
 }
 
 // TestRegistryMatchesCatalogue holds the catalogue to what this build
@@ -52,9 +54,9 @@ func env(t *testing.T, target string) Env {
 // targets, and nothing planned has an injector.
 func TestRegistryMatchesCatalogue(t *testing.T) {
 	t.Parallel()
-	reg := Registry()
-	serving := func(f *catalog.Fault, m *catalog.Mechanism) []Entry {
-		var es []Entry
+	reg := Registry(nil)
+	serving := func(f *catalog.Fault, m *catalog.Mechanism) []fault.Entry {
+		var es []fault.Entry
 		for _, e := range reg {
 			if e.Serves(f.ID, m.Name) {
 				es = append(es, e)
@@ -87,7 +89,8 @@ func TestRegistryMatchesCatalogue(t *testing.T) {
 				}
 			}
 			for _, target := range m.Targets {
-				in, err := Injector(f, m, env(t, target))
+				targetEnv, targetReg := env(t, target)
+				in, err := targetReg.Injector(f, m, targetEnv)
 				if err != nil || in == nil {
 					t.Errorf("%s via %s on %s: %v", f.ID, m.Name, target, err)
 				}
@@ -124,15 +127,15 @@ func TestInjectorRefuses(t *testing.T) {
 	}
 	tests := []struct {
 		name, fault, mech string
-		env               Env
+		env               fault.Env
 		want              string
 	}{
-		{"planned", "nccl.p2p-off", "env", Env{StateDir: t.TempDir()}, "mechanism env of nccl.p2p-off has no injector in this build"},
-		{"planned for one fault, built for another", "workload.pod-kill", "signal", Env{StateDir: t.TempDir()}, "mechanism signal of workload.pod-kill has no injector in this build"},
-		{"twin without a twin", "hardware.xid", "twin", Env{}, "needs the twin target"},
-		{"kernel log without a writer", "hardware.xid", "kernel-log", Env{}, "needs the kernel log of a local node"},
-		{"no state directory", "workload.kill-rank", "signal", Env{}, "mechanism signal of workload.kill-rank needs a state directory"},
-		{"no API server", "workload.cordon-drain", "node-cordon", Env{StateDir: t.TempDir()}, "mechanism node-cordon of workload.cordon-drain needs the API server"},
+		{"planned", "nccl.p2p-off", "env", fault.Env{StateDir: t.TempDir()}, "mechanism env of nccl.p2p-off has no injector in this build"},
+		{"planned for one fault, built for another", "workload.pod-kill", "signal", fault.Env{StateDir: t.TempDir()}, "mechanism signal of workload.pod-kill has no injector in this build"},
+		{"twin without a twin", "hardware.xid", "twin", fault.Env{}, "needs the twin target"},
+		{"kernel log without a writer", "hardware.xid", "kernel-log", fault.Env{}, "needs the kernel log of a local node"},
+		{"no state directory", "workload.kill-rank", "signal", fault.Env{}, "mechanism signal of workload.kill-rank needs a state directory"},
+		{"no API server", "workload.cordon-drain", "node-cordon", fault.Env{StateDir: t.TempDir()}, "mechanism node-cordon of workload.cordon-drain needs the API server"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -143,7 +146,7 @@ func TestInjectorRefuses(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Injector(nil, nil, Env{}); err == nil {
+	if _, err := Injector(nil, nil, fault.Env{}); err == nil {
 		t.Error("Injector(nil, nil) was accepted")
 	}
 }

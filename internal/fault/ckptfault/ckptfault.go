@@ -24,12 +24,31 @@ const (
 	idCorrupt    = "checkpoint.corrupt-newest"
 )
 
-// faultIDs and mechanismNames are what this package has code for; the catalogue
-// says which mechanism goes with which fault (fault.CheckMechanism).
-var (
-	faultIDs       = []string{idKillWriter, idFill, idSlow, idCorrupt}
-	mechanismNames = []string{"signal", "fallocate", "cgroup-io", "byte-flip"}
-)
+// Entries lists the mechanisms this package runs and the fault each
+// causes, for the registry (internal/fault/nodeall). On k8s the agent
+// passes the job's pod (WithPod, nodeagent's storageCtx) and the faults
+// act on the checkpoint directory as the pod's containers see it.
+func Entries() []fault.Entry {
+	node := fault.NodeTargets()
+	return []fault.Entry{
+		{Mechanism: "signal", Targets: node, New: newFromEnv, Faults: []string{idKillWriter}},
+		{Mechanism: "fallocate", Targets: node, New: newFromEnv, Faults: []string{idFill}},
+		{Mechanism: "cgroup-io", Targets: node, New: newFromEnv, Faults: []string{idSlow}},
+		{Mechanism: "byte-flip", Targets: node, New: newFromEnv, Faults: []string{idCorrupt}},
+	}
+}
+
+func newFromEnv(f *catalog.Fault, m *catalog.Mechanism, env fault.Env) (fault.Injector, error) {
+	dir, err := env.StateSubdir(f, m, "ckpt")
+	if err != nil {
+		return nil, err
+	}
+	in, err := New(f, m, Options{StateDir: dir, Logger: env.Component("ckptfault")})
+	if err != nil {
+		return nil, err
+	}
+	return in, nil
+}
 
 // EnvCheckpointDir is the variable in a rank's environment that names the
 // job's checkpoint directory when the path parameter is empty.
@@ -63,7 +82,7 @@ type Injector struct {
 // checkpoint.kill-writer, fallocate for checkpoint.fill-volume, cgroup-io
 // for checkpoint.slow-storage, byte-flip for checkpoint.corrupt-newest.
 func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
-	if err := fault.CheckMechanism("ckptfault", f, m, faultIDs, mechanismNames); err != nil {
+	if err := fault.CheckMechanism("ckptfault", f, m, Entries()); err != nil {
 		return nil, err
 	}
 	d, err := statedir.OpenFor("ckptfault", f.ID, o.StateDir)

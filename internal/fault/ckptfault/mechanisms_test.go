@@ -4,4 +4,4 @@ import "github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 
 // mechanisms maps each fault of this package to its mechanism as the
 // catalogue pairs them, for tests that build an injector by fault id.
-var mechanisms = faulttest.FirstBuilt(faultIDs, mechanismNames)
+var mechanisms = faulttest.FirstBuilt(Entries())

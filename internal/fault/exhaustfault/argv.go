@@ -30,13 +30,28 @@ const neighbourCeilingC = 85
 // of exec.Cmd.ExtraFiles.
 const readyFD = "3"
 
-// faultIDs and mechanismNames are what this package runs as child processes;
-// the catalogue says which mechanism goes with which fault
-// (fault.CheckMechanism).
-var (
-	faultIDs       = []string{"exhaustion.sm-burn", "exhaustion.thermal-soak", "exhaustion.noisy-neighbour", "exhaustion.vram", "exhaustion.pcie"}
-	mechanismNames = []string{"burn", "cuda-malloc", "cuda-memcpy"}
-)
+// Entries lists the mechanisms this package runs as child processes and
+// the faults each causes, for the registry (internal/fault/nodeall).
+func Entries() []fault.Entry {
+	node := fault.NodeTargets()
+	return []fault.Entry{
+		{Mechanism: "burn", Targets: node, New: newFromEnv, Faults: []string{"exhaustion.sm-burn", "exhaustion.thermal-soak", "exhaustion.noisy-neighbour"}},
+		{Mechanism: "cuda-malloc", Targets: node, New: newFromEnv, Faults: []string{"exhaustion.vram"}},
+		{Mechanism: "cuda-memcpy", Targets: node, New: newFromEnv, Faults: []string{"exhaustion.pcie"}},
+	}
+}
+
+func newFromEnv(f *catalog.Fault, m *catalog.Mechanism, env fault.Env) (fault.Injector, error) {
+	dir, err := env.StateSubdir(f, m, "proc")
+	if err != nil {
+		return nil, err
+	}
+	in, err := New(f, m, Options{Exec: env.Exec, StateDir: dir})
+	if err != nil {
+		return nil, err
+	}
+	return in, nil
+}
 
 // childDuration is the --duration of a child started at now: until the
 // context's hold time plus HoldMargin (DefaultHold without one), at least

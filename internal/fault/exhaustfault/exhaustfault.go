@@ -95,10 +95,11 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (fault.Injector, err
 	if f == nil || m == nil {
 		return nil, errors.New("exhaustfault: a fault and a mechanism are required")
 	}
-	if !slices.Contains(faultIDs, f.ID) {
+	entries := fault.Registry(Entries())
+	if !slices.Contains(entries.FaultIDs(), f.ID) {
 		return nil, fmt.Errorf("exhaustfault: fault %s is not run as a child process", f.ID)
 	}
-	if err := fault.CheckMechanism("exhaustfault", f, m, faultIDs, mechanismNames); err != nil {
+	if err := fault.CheckMechanism("exhaustfault", f, m, entries); err != nil {
 		return nil, err
 	}
 	if o.StateDir == "" {

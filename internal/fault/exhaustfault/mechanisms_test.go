@@ -2,7 +2,7 @@ package exhaustfault
 
 import "github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 
-var mechanisms = faulttest.FirstBuilt(faultIDs, mechanismNames)
+var mechanisms = faulttest.FirstBuilt(Entries())
 
 // mechanismOf returns the mechanism the catalogue pairs with a fault of
 // this package, for tests that build an injector by fault id.

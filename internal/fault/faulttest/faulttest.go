@@ -168,13 +168,13 @@ func Values(t testing.TB, id string, raw map[string]string) catalog.Values {
 	return v
 }
 
-// BuiltMechanisms maps each of an injector package's fault ids to the
-// mechanisms the catalogue lists as built for it among the names the
-// package has code for (fault.Built), for tests that build an injector by
-// fault id.
-func BuiltMechanisms(faultIDs, names []string) map[string][]string {
+// BuiltMechanisms maps each fault id an injector package's entries name to
+// the mechanisms the catalogue lists as built for it among the package's
+// (fault.Built), for tests that build an injector by fault id.
+func BuiltMechanisms(entries fault.Registry) map[string][]string {
 	m := map[string][]string{}
-	for _, id := range faultIDs {
+	names := entries.Mechanisms()
+	for _, id := range entries.FaultIDs() {
 		if f, ok := catalog.Lookup(id); ok {
 			m[id] = fault.Built(f, names)
 		}
@@ -184,9 +184,9 @@ func BuiltMechanisms(faultIDs, names []string) map[string][]string {
 
 // FirstBuilt is BuiltMechanisms with each fault's first built mechanism;
 // faults with none are left out.
-func FirstBuilt(faultIDs, names []string) map[string]string {
+func FirstBuilt(entries fault.Registry) map[string]string {
 	m := map[string]string{}
-	for id, built := range BuiltMechanisms(faultIDs, names) {
+	for id, built := range BuiltMechanisms(entries) {
 		if len(built) > 0 {
 			m[id] = built[0]
 		}

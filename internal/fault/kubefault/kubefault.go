@@ -43,13 +43,38 @@ const (
 	MechanismNodeTaint          = "node-taint"
 )
 
+// Entries lists the mechanisms this package runs and the fault each
+// causes, for the registry (internal/fault/all), built with opts: the
+// client is theirs, not the target's Env, so that nothing outside this
+// package needs a Kubernetes client type to build them. A nil
+// opts.Client lists them and refuses to build them; a nil opts.Logger
+// means the Env's. The controller's NodeFault reconciler (Setup) builds
+// its injectors itself; listing them in the registry holds them to the
+// catalogue with the rest.
+func Entries(opts Options) []fault.Entry {
+	k8s := []string{"k8s"}
+	build := func(f *catalog.Fault, m *catalog.Mechanism, env fault.Env) (fault.Injector, error) {
+		if opts.Client == nil {
+			return nil, fmt.Errorf("mechanism %s of %s needs the API server of a Kubernetes cluster", m.Name, f.ID)
+		}
+		o := opts
+		if o.Logger == nil {
+			o.Logger = env.Component("kubefault")
+		}
+		return New(f, m, o)
+	}
+	return []fault.Entry{
+		{Mechanism: MechanismPodDelete, Targets: k8s, New: build, Faults: []string{"workload.pod-kill"}},
+		{Mechanism: MechanismNodeCordon, Targets: k8s, New: build, Faults: []string{"workload.cordon-drain"}},
+		{Mechanism: MechanismDaemonSetPodDelete, Targets: k8s, New: build, Faults: []string{"workload.device-plugin-kill"}},
+		{Mechanism: MechanismNodeTaint, Targets: k8s, New: build, Faults: []string{"workload.node-taint"}},
+	}
+}
+
 // Mechanisms lists the mechanisms applied through the API server: a
 // NodeFault naming one of them is the controller's to apply, any other the
-// node agent's.
-var Mechanisms = []string{MechanismPodDelete, MechanismNodeCordon, MechanismDaemonSetPodDelete, MechanismNodeTaint}
-
-// Faults lists the catalogue faults served.
-var Faults = []string{"workload.pod-kill", "workload.cordon-drain", "workload.device-plugin-kill", "workload.node-taint"}
+// node agent's. The slice is new on every call.
+func Mechanisms() []string { return fault.Registry(Entries(Options{})).Mechanisms() }
 
 // DefaultRetry is how long a drain waits before asking again to evict a
 // pod a PodDisruptionBudget held back (kubectl drain waits 5 s).
@@ -95,7 +120,7 @@ func (e *DrainError) Unwrap() error { return e.Err }
 
 // New returns the injector of mechanism m of fault f.
 func New(f *catalog.Fault, m *catalog.Mechanism, opts Options) (fault.Injector, error) {
-	if err := fault.CheckMechanism("kubefault", f, m, Faults, Mechanisms); err != nil {
+	if err := fault.CheckMechanism("kubefault", f, m, Entries(Options{})); err != nil {
 		return nil, err
 	}
 	if opts.Client == nil {

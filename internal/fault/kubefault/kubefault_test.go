@@ -146,7 +146,7 @@ func lookup(t testing.TB, id string) (*catalog.Fault, *catalog.Mechanism) {
 	if !ok {
 		t.Fatalf("%s not in the catalogue", id)
 	}
-	built := fault.Built(f, kubefault.Mechanisms)
+	built := fault.Built(f, kubefault.Mechanisms())
 	if len(built) != 1 {
 		t.Fatalf("%s: built kube mechanisms %v, want one", id, built)
 	}

@@ -55,7 +55,7 @@ func Setup(mgr ctrl.Manager, opts SetupOptions) error {
 		Named("kubefault").
 		For(&v1alpha1.NodeFault{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			nf, ok := o.(*v1alpha1.NodeFault)
-			return ok && slices.Contains(Mechanisms, nf.Spec.Mechanism)
+			return ok && slices.Contains(Mechanisms(), nf.Spec.Mechanism)
 		}))).
 		// A drain can wait on a disruption budget; others go on meanwhile.
 		WithOptions(controller.Options{MaxConcurrentReconciles: 4}).
@@ -106,7 +106,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.client.Get(ctx, req.NamespacedName, &nf); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if !slices.Contains(Mechanisms, nf.Spec.Mechanism) {
+	if !slices.Contains(Mechanisms(), nf.Spec.Mechanism) {
 		return ctrl.Result{}, nil
 	}
 	log := r.opts.Logger.With("nodefault", nf.Name, "node", nf.Spec.NodeName, "fault", nf.Spec.Fault)

@@ -8,9 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault"
@@ -23,7 +26,37 @@ import (
 // planner turns a fault's resolved values into a planned change.
 type planner func(ctx context.Context, t nf.Target, v catalog.Values) (*nf.Change, error)
 
-// planners lists every fault and mechanism this package injects.
+// Entries lists the mechanisms this package runs, each with the faults
+// planners has code for, for the registry (internal/fault/nodeall): a
+// fault and mechanism added to planners is registered with it.
+func Entries() []fault.Entry {
+	faults := map[string][]string{}
+	for key := range planners() {
+		id, mechanism, _ := strings.Cut(key, "/")
+		faults[mechanism] = append(faults[mechanism], id)
+	}
+	var entries []fault.Entry
+	for _, mechanism := range slices.Sorted(maps.Keys(faults)) {
+		slices.Sort(faults[mechanism])
+		entries = append(entries, fault.Entry{Mechanism: mechanism, Faults: faults[mechanism], Targets: fault.NodeTargets(), New: newFromEnv})
+	}
+	return entries
+}
+
+func newFromEnv(f *catalog.Fault, m *catalog.Mechanism, env fault.Env) (fault.Injector, error) {
+	dir, err := env.StateSubdir(f, m, "net")
+	if err != nil {
+		return nil, err
+	}
+	in, err := New(f, m.Name, dir)
+	if err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
+// planners lists every fault and mechanism this package injects, keyed
+// fault/mechanism.
 func planners() map[string]planner {
 	both := []nf.Hook{nf.Egress, nf.Ingress}
 	return map[string]planner{

@@ -18,9 +18,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/netfault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/nodeall"
 	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
@@ -202,13 +202,13 @@ func TestNewRefuses(t *testing.T) {
 	if _, err := netfault.New(mustFault(t, "hardware.xid"), "cls-bpf", t.TempDir()); err == nil {
 		t.Fatal("hardware.xid through cls-bpf was accepted")
 	}
-	if _, err := all.Injector(mustFault(t, "network.loss"), &catalog.Mechanism{Name: "cls-bpf"}, all.Env{}); err == nil ||
+	if _, err := nodeall.Injector(mustFault(t, "network.loss"), &catalog.Mechanism{Name: "cls-bpf"}, fault.Env{}); err == nil ||
 		!strings.Contains(err.Error(), "state directory") {
-		t.Fatalf("all.Injector without StateDir: %v", err)
+		t.Fatalf("nodeall.Injector without StateDir: %v", err)
 	}
-	in, err := all.Injector(mustFault(t, "network.rate-limit"), &catalog.Mechanism{Name: "tc-tbf"}, all.Env{StateDir: t.TempDir()})
+	in, err := nodeall.Injector(mustFault(t, "network.rate-limit"), &catalog.Mechanism{Name: "tc-tbf"}, fault.Env{StateDir: t.TempDir()})
 	if err != nil || in == nil {
-		t.Fatalf("all.Injector with StateDir: %v", err)
+		t.Fatalf("nodeall.Injector with StateDir: %v", err)
 	}
 }
 

@@ -18,12 +18,29 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/node/numa"
 )
 
-// faultIDs and mechanismNames are what this package has code for; the catalogue
-// says which mechanism goes with which fault (fault.CheckMechanism).
-var (
-	faultIDs       = []string{"numa.remote-memory", "numa.wrong-affinity", "numa.memory-pressure", "numa.cpu-saturation"}
-	mechanismNames = []string{"migrate-pages", "sched-setaffinity", "memory-hog", "cpu-hog"}
-)
+// Entries lists the mechanisms this package runs and the fault each
+// causes, for the registry (internal/fault/nodeall).
+func Entries() []fault.Entry {
+	node := fault.NodeTargets()
+	return []fault.Entry{
+		{Mechanism: "migrate-pages", Targets: node, New: newFromEnv, Faults: []string{"numa.remote-memory"}},
+		{Mechanism: "sched-setaffinity", Targets: node, New: newFromEnv, Faults: []string{"numa.wrong-affinity"}},
+		{Mechanism: "memory-hog", Targets: node, New: newFromEnv, Faults: []string{"numa.memory-pressure"}},
+		{Mechanism: "cpu-hog", Targets: node, New: newFromEnv, Faults: []string{"numa.cpu-saturation"}},
+	}
+}
+
+func newFromEnv(f *catalog.Fault, m *catalog.Mechanism, env fault.Env) (fault.Injector, error) {
+	dir, err := env.StateSubdir(f, m, "numa")
+	if err != nil {
+		return nil, err
+	}
+	in, err := New(f, m, Options{StateDir: dir, GPUNode: env.GPUNode, Exec: env.Exec, HogCgroups: env.HogCgroups})
+	if err != nil {
+		return nil, err
+	}
+	return in, nil
+}
 
 // Defaults of the hog children's lifetime and stopping.
 const (
@@ -93,10 +110,11 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (fault.Injector, err
 	if f == nil || m == nil {
 		return nil, errors.New("numafault: a fault and a mechanism are required")
 	}
-	if !slices.Contains(faultIDs, f.ID) {
+	entries := fault.Registry(Entries())
+	if !slices.Contains(entries.FaultIDs(), f.ID) {
 		return nil, fmt.Errorf("numafault: fault %s is not a numa fault", f.ID)
 	}
-	if err := fault.CheckMechanism("numafault", f, m, faultIDs, mechanismNames); err != nil {
+	if err := fault.CheckMechanism("numafault", f, m, entries); err != nil {
 		return nil, err
 	}
 	if o.StateDir == "" {

@@ -35,12 +35,31 @@ const (
 	mechDutyCycle = "duty-cycle"
 )
 
-// faultIDs and mechanismNames are what this package has code for; the catalogue
-// says which mechanism goes with which fault (fault.CheckMechanism).
-var (
-	faultIDs       = []string{idKill, idHang, idStraggler}
-	mechanismNames = []string{mechSignal, mechCgroupCPU, mechDutyCycle}
-)
+// Entries lists the mechanisms this package runs and the faults each
+// causes, for the registry (internal/fault/nodeall). On k8s the agent
+// finds the rank's process in its pod's cgroup and passes it as pid
+// (nodeagent's podParams); cgroup-cpu then sets the quota of the rank's
+// container group (fault.Env.PodCgroups).
+func Entries() []fault.Entry {
+	node := fault.NodeTargets()
+	return []fault.Entry{
+		{Mechanism: mechSignal, Targets: node, New: newFromEnv, Faults: []string{idKill, idHang}},
+		{Mechanism: mechCgroupCPU, Targets: node, New: newFromEnv, Faults: []string{idStraggler}},
+		{Mechanism: mechDutyCycle, Targets: node, New: newFromEnv, Faults: []string{idStraggler}},
+	}
+}
+
+func newFromEnv(f *catalog.Fault, m *catalog.Mechanism, env fault.Env) (fault.Injector, error) {
+	dir, err := env.StateSubdir(f, m, "rank")
+	if err != nil {
+		return nil, err
+	}
+	in, err := New(f, m, Options{StateDir: dir, Exec: env.Exec, Logger: env.Component("procfault"), PodCgroups: env.PodCgroups})
+	if err != nil {
+		return nil, err
+	}
+	return in, nil
+}
 
 // signals are the signals the catalogue lets kill-rank send.
 var signals = map[string]syscall.Signal{"SIGKILL": syscall.SIGKILL, "SIGTERM": syscall.SIGTERM, "SIGSEGV": syscall.SIGSEGV}
@@ -108,7 +127,7 @@ func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
 	if f == nil || m == nil {
 		return nil, errors.New("procfault: a fault and a mechanism are required")
 	}
-	if err := fault.CheckMechanism("procfault", f, m, faultIDs, mechanismNames); err != nil {
+	if err := fault.CheckMechanism("procfault", f, m, Entries()); err != nil {
 		return nil, err
 	}
 	d, err := statedir.OpenFor("procfault", f.ID, o.StateDir)

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/fault/all"
+	"github.com/gpuchaos/gpuchaos/internal/fault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/nodeall"
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
 	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
@@ -46,7 +47,7 @@ func crashChild() int {
 			m = &f.Mechanisms[i]
 		}
 	}
-	in, err := all.Injector(f, m, all.Env{StateDir: s.StateDir})
+	in, err := nodeall.Injector(f, m, fault.Env{StateDir: s.StateDir})
 	if err == nil {
 		var v catalog.Values
 		if v, err = f.Resolve(s.Raw); err == nil {
@@ -197,7 +198,7 @@ func TestPartitionHangsWritesUntilRecovery(t *testing.T) {
 
 // TestRecoverAfterSIGKILL kills an injector mid-fault and recovers its
 // injection from the state directory alone, in this process, through a
-// fresh injector from internal/fault/all, as the engine's RecoverPending
+// fresh injector from internal/fault/nodeall, as the engine's RecoverPending
 // does with the key its ledger holds.
 func TestRecoverAfterSIGKILL(t *testing.T) {
 	sn := newStorageNet(t)

@@ -28,6 +28,26 @@ const (
 	MechanismBPF = "cls-bpf"
 )
 
+// Entries lists the mechanism this package runs, for the registry
+// (internal/fault/nodeall). On k8s the agent passes the job's pod
+// (ckptfault.WithPod, nodeagent's storageCtx) and the fault acts on the
+// checkpoint directory as the pod's containers see it.
+func Entries() []fault.Entry {
+	return []fault.Entry{{Mechanism: MechanismBPF, Targets: fault.NodeTargets(), New: newFromEnv, Faults: []string{FaultID}}}
+}
+
+func newFromEnv(f *catalog.Fault, m *catalog.Mechanism, env fault.Env) (fault.Injector, error) {
+	dir, err := env.StateSubdir(f, m, "storage")
+	if err != nil {
+		return nil, err
+	}
+	in, err := New(f, m, Options{StateDir: dir})
+	if err != nil {
+		return nil, err
+	}
+	return in, nil
+}
+
 // DefaultMountinfo is the mount table read when Options.Mountinfo is
 // empty: this process's, which for a FUSE filesystem mounted on the node
 // is the node's.
@@ -60,7 +80,7 @@ type Injector struct {
 // New returns the injector of mechanism m of f, which must be cls-bpf of
 // checkpoint.storage-partition.
 func New(f *catalog.Fault, m *catalog.Mechanism, o Options) (*Injector, error) {
-	if err := fault.CheckMechanism("storagefault", f, m, []string{FaultID}, []string{MechanismBPF}); err != nil {
+	if err := fault.CheckMechanism("storagefault", f, m, Entries()); err != nil {
 		return nil, err
 	}
 	if o.Mountinfo == "" {

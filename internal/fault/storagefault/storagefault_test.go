@@ -14,9 +14,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 	"github.com/gpuchaos/gpuchaos/internal/fault/faulttest"
 	"github.com/gpuchaos/gpuchaos/internal/fault/internal/statedir"
+	"github.com/gpuchaos/gpuchaos/internal/fault/nodeall"
 	"github.com/gpuchaos/gpuchaos/internal/fault/storagefault"
 	"github.com/gpuchaos/gpuchaos/internal/harness/ckptpodtest"
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
@@ -54,13 +54,13 @@ func partitionFault(t testing.TB) (*catalog.Fault, *catalog.Mechanism) {
 }
 
 // newInjector returns the injector as the engine gets it: through
-// internal/fault/all, with its records under stateDir.
+// the node's registry (internal/fault/nodeall), with its records under stateDir.
 func newInjector(t testing.TB, stateDir string) fault.Injector {
 	t.Helper()
 	f, m := partitionFault(t)
-	in, err := all.Injector(f, m, all.Env{StateDir: stateDir})
+	in, err := nodeall.Injector(f, m, fault.Env{StateDir: stateDir})
 	if err != nil {
-		t.Fatalf("all.Injector: %v", err)
+		t.Fatalf("nodeall.Injector: %v", err)
 	}
 	return in
 }

@@ -13,21 +13,28 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 )
 
-// Player is the part of the twin an injector needs. *twin.Twin implements it.
-// Apply is idempotent per key and Revert of an unknown key succeeds.
-type Player interface {
-	Apply(key string, ref inventory.Ref, effects []catalog.Effect) error
-	Revert(key string) error
+// Entries lists the twin mechanism, which every fault of the catalogue
+// has, for the registry (internal/fault/all): it plays the fault on the
+// twin the target's Env carries.
+func Entries() []fault.Entry {
+	return []fault.Entry{{Mechanism: catalog.MechanismTwin, Targets: []string{"twin"}, New: newFromEnv}}
+}
+
+func newFromEnv(f *catalog.Fault, _ *catalog.Mechanism, env fault.Env) (fault.Injector, error) {
+	if env.Twin == nil {
+		return nil, fmt.Errorf("mechanism twin of %s needs the twin target", f.ID)
+	}
+	return New(f, env.Twin), nil
 }
 
 // Injector plays one fault's signature on a twin.
 type Injector struct {
 	fault  *catalog.Fault
-	player Player
+	player fault.TwinPlayer
 }
 
-// New returns the twin injector for a fault.
-func New(f *catalog.Fault, p Player) *Injector { return &Injector{fault: f, player: p} }
+// New returns the twin injector for a fault. *twin.Twin is a player.
+func New(f *catalog.Fault, p fault.TwinPlayer) *Injector { return &Injector{fault: f, player: p} }
 
 // Inject plays the fault's effects for the resolved values on ref.
 func (in *Injector) Inject(ctx context.Context, key string, ref inventory.Ref, v catalog.Values) error {

@@ -1,8 +1,8 @@
 // Package xidfault injects hardware faults through the kernel log: the
-// kernel-log mechanism of hardware.xid and of the hardware faults whose
-// signature is a driver XID line (ecc-sbe-storm 92, ecc-dbe 48,
-// row-remap-pending 63, row-remap-failure 64, nvlink-down 74,
-// fallen-off-bus 79, gsp-timeout 119). Inject writes one line,
+// kernel-log mechanism of hardware.xid, whose code is a parameter, and of
+// the hardware faults whose signature is a driver XID line, each of the
+// code its catalogue entry gives (catalog.Signature.XID). Inject writes one
+// line,
 //
 //	NVRM: Xid (PCI:0000:18:00): 13, pid='<unknown>', name=<unknown>, Graphics SM Warp Exception …
 //

@@ -5,16 +5,31 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/model/xid"
 	"github.com/gpuchaos/gpuchaos/internal/node/kmsg"
 )
 
-// Writer logs one kernel log record. kmsg.Writer is the real one.
-// Implementations are safe for concurrent use.
-type Writer interface {
-	Write(level int, msg string) error
+// Entries lists the kernel-log mechanism for the registry
+// (internal/fault/nodeall). It serves every fault of the catalogue that
+// has the mechanism, so a new hardware fault with a kernel-log mechanism
+// and an XID in its signature needs nothing here; New refuses a fault
+// without a line.
+func Entries() []fault.Entry {
+	return []fault.Entry{{Mechanism: catalog.MechanismKernelLog, Targets: fault.NodeTargets(), New: newFromEnv}}
+}
+
+func newFromEnv(f *catalog.Fault, m *catalog.Mechanism, env fault.Env) (fault.Injector, error) {
+	if env.Kmsg == nil {
+		return nil, fmt.Errorf("mechanism %s of %s needs the kernel log of a local node", m.Name, f.ID)
+	}
+	in, err := New(f, env.Kmsg)
+	if err != nil {
+		return nil, err
+	}
+	return in, nil
 }
 
 // Level is the syslog level the driver prints XID lines at: KERN_ERR.
@@ -31,20 +46,14 @@ type line struct {
 
 // lineFor returns the line a fault's kernel-log mechanism writes for the
 // resolved values, and false for a fault this package does not inject.
+// hardware.xid writes the code, pid and process it is given; every other
+// fault the code of its signature (catalog.Signature.XID), which no
+// channel owns.
 func lineFor(f *catalog.Fault, v catalog.Values) (line, bool) {
-	fixed := map[string]int{
-		"hardware.ecc-sbe-storm":     92,
-		"hardware.ecc-dbe":           48,
-		"hardware.row-remap-pending": 63,
-		"hardware.row-remap-failure": 64,
-		"hardware.nvlink-down":       74,
-		"hardware.fallen-off-bus":    79,
-		"hardware.gsp-timeout":       119,
-	}
 	if f.ID == "hardware.xid" {
 		return line{code: int(v.Int("code")), pid: int(v.Int("pid")), process: v.String("process")}, true
 	}
-	if code, ok := fixed[f.ID]; ok {
+	if code := f.Signature.XID; code != 0 {
 		return line{code: code, pid: -1}, true
 	}
 	return line{}, false
@@ -53,7 +62,7 @@ func lineFor(f *catalog.Fault, v catalog.Values) (line, bool) {
 // Injector writes a fault's XID line to the kernel log.
 type Injector struct {
 	fault *catalog.Fault
-	w     Writer
+	w     fault.KmsgWriter
 
 	// mu serialises injections so that two Injects of one key cannot both
 	// write; it is held across the write, which takes microseconds (or a
@@ -64,7 +73,7 @@ type Injector struct {
 
 // New returns the kernel-log injector for f, writing through w. It fails
 // for a fault whose kernel-log mechanism this package does not know.
-func New(f *catalog.Fault, w Writer) (*Injector, error) {
+func New(f *catalog.Fault, w fault.KmsgWriter) (*Injector, error) {
 	if _, ok := lineFor(f, catalog.Values{}); !ok {
 		return nil, fmt.Errorf("fault %s has no kernel-log XID line", f.ID)
 	}

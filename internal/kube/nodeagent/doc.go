@@ -1,6 +1,6 @@
 // Package nodeagent applies the NodeFaults of one node: it watches the
 // NodeFaults labelled with its node, applies each through the node's own
-// injectors (internal/fault/all) with a ledger record written first, and
+// injectors (internal/fault/nodeall) with a ledger record written first, and
 // reports through the status subresource. It recovers a fault when its
 // Action becomes Recover, when it is deleted (a finalizer holds the
 // object until then), and at its ExpiresAt on a local timer that needs no

@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 )
 
@@ -61,11 +62,11 @@ func FuzzParseKey(f *testing.F) {
 // be applied by both; and every API mechanism has an injector (on k8s).
 func TestAPIMechanismsAreNotLocal(t *testing.T) {
 	for _, m := range APIMechanisms() {
-		if !slices.ContainsFunc(all.Registry(), func(e all.Entry) bool { return e.Mechanism == m && slices.Contains(e.Targets, "k8s") }) {
+		if !slices.ContainsFunc(all.Registry(nil), func(e fault.Entry) bool { return e.Mechanism == m && slices.Contains(e.Targets, "k8s") }) {
 			t.Errorf("API mechanism %s has no k8s injector in the registry", m)
 		}
 	}
-	for _, e := range all.Registry() {
+	for _, e := range all.Registry(nil) {
 		if slices.Contains(e.Targets, "local") && slices.Contains(APIMechanisms(), e.Mechanism) {
 			t.Errorf("mechanism %s is in APIMechanisms and in the local registry", e.Mechanism)
 		}

@@ -27,8 +27,8 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 	"github.com/gpuchaos/gpuchaos/internal/fault/ledger"
+	"github.com/gpuchaos/gpuchaos/internal/fault/nodeall"
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
@@ -40,7 +40,7 @@ import (
 // APIMechanisms are the mechanisms the controller applies through the API
 // server (deleting pods, cordoning and tainting nodes); an agent skips
 // NodeFaults that name one. The slice is new on every call.
-func APIMechanisms() []string { return slices.Clone(kubefault.Mechanisms) }
+func APIMechanisms() []string { return kubefault.Mechanisms() }
 
 // KeyPrefix starts the ledger key of every injection an agent records, so
 // that entries other runs wrote to the same ledger are left to them.
@@ -76,9 +76,9 @@ type Options struct {
 	// before it acts; required. Mechanisms that change the node keep
 	// their records beside it (localtarget.StateDir).
 	Ledger string
-	// Env is what the injectors get; an empty StateDir means the one
-	// beside the ledger.
-	Env all.Env
+	// Env is what the injectors get (nodeall.Env); an empty StateDir
+	// means the one beside the ledger.
+	Env fault.Env
 	// GPUs are this node's GPUs: reported on the Node, and how a gpu
 	// target's index becomes its UUID and bus id. Nil reports none.
 	GPUs []gpu.Device
@@ -144,7 +144,6 @@ func New(opts Options) (*Agent, error) {
 	if opts.Env.StateDir == "" {
 		opts.Env.StateDir = localtarget.StateDir(opts.Ledger)
 	}
-	podEnv(&opts)
 	if opts.Agent == "" {
 		opts.Agent = "gpuchaos-agent/" + opts.Node
 	}
@@ -314,13 +313,13 @@ func (a *Agent) injector(faultID, mechanism string) (fault.Injector, error) {
 	if m == nil {
 		return nil, fmt.Errorf("spec.mechanism: %s is not a mechanism of %s", mechanism, faultID)
 	}
-	local := slices.ContainsFunc(all.Registry(), func(e all.Entry) bool {
+	local := slices.ContainsFunc(nodeall.Registry(), func(e fault.Entry) bool {
 		return e.Serves(f.ID, m.Name) && slices.Contains(e.Targets, string(target.Local))
 	})
 	if !local {
 		return nil, fmt.Errorf("spec.mechanism: %s of %s is not one this agent runs on a node", mechanism, faultID)
 	}
-	return all.Injector(f, m, a.opts.Env)
+	return nodeall.Injector(f, m, a.opts.Env)
 }
 
 // watchLoop wakes the API loop on every change to the node's NodeFaults,

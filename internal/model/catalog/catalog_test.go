@@ -680,31 +680,67 @@ func TestLossModelIsMonotonic(t *testing.T) {
 	}
 }
 
-func TestSignatureLogsAreDriverLines(t *testing.T) {
-	tests := []struct {
-		fault string
-		code  int
-	}{
-		{"hardware.ecc-sbe-storm", 92},
-		{"hardware.ecc-dbe", 48},
-		{"hardware.row-remap-pending", 63},
-		{"hardware.row-remap-failure", 64},
-		{"hardware.nvlink-down", 74},
-		{"hardware.fallen-off-bus", 79},
-		{"hardware.gsp-timeout", 119},
-	}
-	for _, tc := range tests {
-		t.Run(tc.fault, func(t *testing.T) {
-			logs := mustLookup(t, tc.fault).Signature.Logs
-			if len(logs) == 0 {
-				t.Fatal("no log line")
+// TestXIDSignatures holds every fault that writes an XID line to its one
+// code (Signature.XID), rather than restating the codes: a fault with a
+// kernel-log mechanism has a code in the XID table, or takes it as its
+// code parameter (hardware.xid, checked against the table by checkXID);
+// the signature's first log line is the line our parser reads as that
+// code; every "XID N" the fault's text names is that code, and a fault
+// without one names none; and the twin's XID effects play that code.
+func TestXIDSignatures(t *testing.T) {
+	xidRef := regexp.MustCompile(`\bXID (\d+)`)
+	for _, f := range catalog.All() {
+		t.Run(f.ID, func(t *testing.T) {
+			code := f.Signature.XID
+			kernelLog := f.Mechanism(catalog.MechanismKernelLog) != nil
+			hasCodeParam := f.Param("code") != nil
+			switch {
+			case code == 0 && kernelLog && !hasCodeParam:
+				t.Fatal("a kernel-log mechanism, but no XID code in the signature and no code parameter")
+			case code == 0:
+			case hasCodeParam:
+				t.Fatalf("XID %d in the signature and a code parameter too", code)
+			default:
+				if _, ok := xid.Lookup(code); !ok {
+					t.Fatalf("XID %d is not in the XID table", code)
+				}
+				logs := f.Signature.Logs
+				if len(logs) == 0 {
+					t.Fatal("no log line")
+				}
+				ev, ok := xid.ParseLine(logs[0])
+				if !ok {
+					t.Fatalf("xid.ParseLine(%q) does not read it", logs[0])
+				}
+				if ev.Code != code || ev.PCI != "0000:18:00" {
+					t.Errorf("parsed code %d on %s, want %d on 0000:18:00", ev.Code, ev.PCI, code)
+				}
 			}
-			ev, ok := xid.ParseLine(logs[0])
-			if !ok {
-				t.Fatalf("xid.ParseLine(%q) does not read it", logs[0])
+			texts := []string{f.Summary, f.Signature.Workload}
+			for _, p := range f.Params {
+				texts = append(texts, p.Help)
 			}
-			if ev.Code != tc.code || ev.PCI != "0000:18:00" {
-				t.Errorf("parsed code %d on %s, want %d on 0000:18:00", ev.Code, ev.PCI, tc.code)
+			for _, m := range f.Mechanisms {
+				texts = append(texts, m.Description)
+			}
+			for _, text := range texts {
+				for _, m := range xidRef.FindAllStringSubmatch(text, -1) {
+					if n, _ := strconv.Atoi(m[1]); n != code {
+						t.Errorf("the text names XID %d, the signature's code is %d: %q", n, code, text)
+					}
+				}
+			}
+			if code == 0 {
+				return
+			}
+			vals, err := f.Resolve(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range f.Signature.Effects(vals) {
+				if (e.Kind == catalog.EffectXID || e.Kind == catalog.EffectNVLink && e.Code != 0) && e.Code != code {
+					t.Errorf("the twin plays %s with code %d, the signature's code is %d", e.Kind, e.Code, code)
+				}
 			}
 		})
 	}

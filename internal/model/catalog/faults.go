@@ -17,9 +17,10 @@ var faults = buildCatalogue()
 
 // buildCatalogue assembles the family files into one catalogue sorted by family order
 // (Families) then id, and completes every fault with what all faults share:
-// the twin mechanism, a check that rejects non-finite numbers, and empty
-// rather than nil lists (parameters, a mechanism's targets and planned
-// targets) so that JSON readers always see arrays.
+// the twin mechanism, what an XID fault's code decides (completeXID), a
+// check that rejects non-finite numbers, and empty rather than nil lists
+// (parameters, a mechanism's targets and planned targets) so that JSON
+// readers always see arrays.
 func buildCatalogue() []*Fault {
 	var all []*Fault
 	for _, family := range [][]*Fault{
@@ -39,6 +40,7 @@ func buildCatalogue() []*Fault {
 		if f.Params == nil {
 			f.Params = []Param{}
 		}
+		completeXID(f)
 		f.Mechanisms = append(f.Mechanisms, twinMechanism(f))
 		for i := range f.Mechanisms {
 			m := &f.Mechanisms[i]
@@ -67,6 +69,35 @@ func (f *Fault) Mechanism(name string) *Mechanism {
 // MechanismTwin is the name of the mechanism every fault has that plays its
 // signature on the digital twin.
 const MechanismTwin = "twin"
+
+// MechanismKernelLog is the name of the mechanism that writes a hardware
+// fault's driver line to the kernel log (kernelLogMechanism).
+const MechanismKernelLog = "kernel-log"
+
+// completeXID writes what a fault's XID code (Signature.XID) decides, so
+// that the code is written once, in the signature: the driver's line of
+// that code leads the signature's logs, the kernel-log mechanism's
+// description names it, and a fault that names no effects of its own
+// plays as that XID in the twin.
+func completeXID(f *Fault) {
+	code := f.Signature.XID
+	if code == 0 {
+		return
+	}
+	f.Signature.Logs = append([]string{xidLog(code)}, f.Signature.Logs...)
+	for i := range f.Mechanisms {
+		if m := &f.Mechanisms[i]; m.Name == MechanismKernelLog && m.Description == "" {
+			what := fmt.Sprintf("the XID %d line", code)
+			if m.xidNote != "" {
+				what += " " + m.xidNote
+			}
+			m.Description = kernelLogDescription(what)
+		}
+	}
+	if f.Signature.Effects == nil {
+		f.Signature.Effects = fixedEffects(Effect{Kind: EffectXID, Code: code})
+	}
+}
 
 // twinMechanism is the simulation every fault gets. It reaches every layer a
 // real occurrence reaches, but only as the twin simulates them: nothing on a

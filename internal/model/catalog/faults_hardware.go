@@ -39,7 +39,7 @@ func hardwareFaults() []*Fault {
 			},
 			Detectable: all5(),
 			Mechanisms: []Mechanism{
-				kernelLogMechanism("the NVRM line of the chosen code", LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload),
+				kernelLogLineMechanism("the NVRM line of the chosen code", LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload),
 				dcgmInjectMechanism("DCGM_FI_DEV_XID_ERRORS (field 230) set to the code", LayerKernelLog, LayerNVML, LayerWorkload),
 			},
 			Signature: Signature{
@@ -62,13 +62,13 @@ func hardwareFaults() []*Fault {
 			Detectable: []Layer{LayerKernelLog, LayerNVML, LayerDCGM, LayerExporterMetrics},
 			Mechanisms: []Mechanism{
 				dcgmInjectMechanism("a rising DCGM_FI_DEV_ECC_SBE_VOL_TOTAL (field 310) and its aggregate", LayerKernelLog, LayerNVML),
-				kernelLogMechanism("the XID 92 line (high single-bit error rate)", LayerNVML, LayerDCGM, LayerExporterMetrics),
+				kernelLogMechanism("(high single-bit error rate)", LayerNVML, LayerDCGM, LayerExporterMetrics),
 			},
 			Signature: Signature{
 				// The ECC counters are opt-in in dcgm-exporter's default
 				// counter file; a rule on them needs them switched on.
 				Series:   []string{"DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "DCGM_FI_DEV_XID_ERRORS"},
-				Logs:     []string{xidLog(92)},
+				XID:      92,
 				Workload: "Nothing: the errors are corrected. A storm is an early sign of failing HBM and of row remaps to come.",
 				Effects:  func(v Values) []Effect { return []Effect{{Kind: EffectECC, Value: v.Float("rate")}} },
 			},
@@ -85,11 +85,11 @@ func hardwareFaults() []*Fault {
 			Detectable: all5(),
 			Mechanisms: []Mechanism{
 				dcgmInjectMechanism("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL (field 311) raised by count and XID 48 in field 230", LayerKernelLog, LayerNVML, LayerWorkload),
-				kernelLogMechanism("the XID 48 line", LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload),
+				kernelLogMechanism("", LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload),
 			},
 			Signature: Signature{
 				Series:   []string{"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL", "DCGM_FI_DEV_XID_ERRORS"},
-				Logs:     []string{xidLog(48)},
+				XID:      48,
 				Workload: "The process using the GPU dies with 'uncorrectable ECC error encountered'; the GPU needs a reset before it is used again.",
 				Effects:  func(v Values) []Effect { return []Effect{{Kind: EffectECC, Code: int(v.Int("count"))}} },
 			},
@@ -103,11 +103,11 @@ func hardwareFaults() []*Fault {
 			Detectable: []Layer{LayerKernelLog, LayerNVML, LayerDCGM, LayerExporterMetrics},
 			Mechanisms: []Mechanism{
 				dcgmInjectMechanism("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS (field 393) raised by one and the remap-pending field (396) set", LayerKernelLog, LayerNVML),
-				kernelLogMechanism("the XID 63 line", LayerNVML, LayerDCGM, LayerExporterMetrics),
+				kernelLogMechanism("", LayerNVML, LayerDCGM, LayerExporterMetrics),
 			},
 			Signature: Signature{
 				Series:   []string{"DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_XID_ERRORS"},
-				Logs:     []string{xidLog(63)},
+				XID:      63,
 				Workload: "Nothing now; the GPU should be reset at the next drain so the remap takes effect.",
 				Effects:  fixedEffects(Effect{Kind: EffectRowRemap, Mode: "pending"}),
 			},
@@ -121,11 +121,11 @@ func hardwareFaults() []*Fault {
 			Detectable: all5(),
 			Mechanisms: []Mechanism{
 				dcgmInjectMechanism("DCGM_FI_DEV_ROW_REMAP_FAILURE (field 395) set to 1 and the uncorrectable remapped rows (field 394) raised", LayerKernelLog, LayerNVML, LayerWorkload),
-				kernelLogMechanism("the XID 64 line", LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload),
+				kernelLogMechanism("", LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload),
 			},
 			Signature: Signature{
 				Series:   []string{"DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_XID_ERRORS"},
-				Logs:     []string{xidLog(64)},
+				XID:      64,
 				Workload: "The process on the GPU dies with an uncorrectable ECC error; after a reset the GPU is still suspect and belongs in the red tier.",
 				Effects:  fixedEffects(Effect{Kind: EffectRowRemap, Mode: "failure"}),
 			},
@@ -228,7 +228,7 @@ func hardwareFaults() []*Fault {
 			Detectable: all5(),
 			Mechanisms: []Mechanism{
 				dcgmInjectMechanism("NVLink link states down, a flat DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL and XID 74 in field 230", LayerKernelLog, LayerNVML, LayerWorkload),
-				kernelLogMechanism("the XID 74 line", LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload),
+				kernelLogMechanism("", LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload),
 				{
 					Name: "nvlink-reset", Planned: targetsLocal(), Safety: SafetyHardwareRisk,
 					Reaches: []Layer{LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload},
@@ -239,7 +239,7 @@ func hardwareFaults() []*Fault {
 			},
 			Signature: Signature{
 				Series:   []string{"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES", seriesJobStepSeconds, seriesJobStepRate},
-				Logs:     []string{xidLog(74)},
+				XID:      74,
 				Workload: "Intra-node collectives run about ten times slower; a job whose NCCL communicator was built over NVLink may instead fail with a transport error.",
 				Effects:  fixedEffects(Effect{Kind: EffectNVLink, Mode: "down", Factor: nvlinkDownFactor, Code: 74}),
 			},
@@ -277,13 +277,13 @@ func hardwareFaults() []*Fault {
 			// disable, which risks the hardware and the node; there is
 			// deliberately no such mechanism.
 			Mechanisms: []Mechanism{
-				kernelLogMechanism("the XID 79 line", LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload, LayerK8sAPI),
+				kernelLogMechanism("", LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload, LayerK8sAPI),
 				dcgmInjectMechanism("XID 79 in DCGM_FI_DEV_XID_ERRORS (field 230)", LayerKernelLog, LayerNVML, LayerWorkload, LayerK8sAPI),
 			},
 			Signature: Signature{
 				// These series stop: every series of the GPU disappears.
 				Series:   []string{"DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_FB_USED", seriesJobUp, seriesJobRestartsTotal},
-				Logs:     []string{xidLog(79)},
+				XID:      79,
 				Workload: "The job crashes (CUDA error: unspecified launch failure or GPU is lost) and cannot restart on the node until it reboots; nvidia-smi reports 'Unable to determine the device handle'.",
 				Effects:  fixedEffects(Effect{Kind: EffectOffBus}),
 			},
@@ -296,31 +296,51 @@ func hardwareFaults() []*Fault {
 			Safety:     SafetyDisruptive,
 			Detectable: all5(),
 			Mechanisms: []Mechanism{
-				kernelLogMechanism("the XID 119 line", LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload),
+				kernelLogMechanism("", LayerNVML, LayerDCGM, LayerExporterMetrics, LayerWorkload),
 				dcgmInjectMechanism("XID 119 in DCGM_FI_DEV_XID_ERRORS (field 230)", LayerKernelLog, LayerNVML, LayerWorkload),
 			},
 			Signature: Signature{
 				Series:   []string{"DCGM_FI_DEV_XID_ERRORS", seriesJobUp, seriesJobRestartsTotal},
-				Logs:     []string{xidLog(119)},
+				XID:      119,
 				Workload: "CUDA and NVML calls hang or fail; the job dies and cannot use the GPU until it is reset.",
-				Effects:  fixedEffects(Effect{Kind: EffectXID, Code: 119}),
 			},
 		},
 	}
 }
 
-// kernelLogMechanism writes a driver line to /dev/kmsg. It reaches whatever
-// reads the kernel log — syslog and journald watchers, node-problem-detector,
-// our XID watcher — and nothing else: the driver, NVML and DCGM never hear of
-// it. misses lists the fault's other detectable layers.
-func kernelLogMechanism(what string, misses ...Layer) Mechanism {
-	return Mechanism{
-		Name: "kernel-log", Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
+// kernelLogMechanism writes the driver's line of the fault's XID
+// (Signature.XID) to /dev/kmsg. It reaches whatever reads the kernel log —
+// syslog and journald watchers, node-problem-detector, our XID watcher —
+// and nothing else: the driver, NVML and DCGM never hear of it. note, when
+// not empty, qualifies "the XID N line" in the description, which
+// completeXID writes once the code is known. misses lists the fault's
+// other detectable layers.
+func kernelLogMechanism(note string, misses ...Layer) Mechanism {
+	m := kernelLogLineMechanism("", misses...)
+	m.xidNote = note
+	return m
+}
+
+// kernelLogLineMechanism is the kernel-log mechanism of a fault whose line
+// is not one fixed code (hardware.xid's is a parameter); what names it in
+// the description.
+func kernelLogLineMechanism(what string, misses ...Layer) Mechanism {
+	m := Mechanism{
+		Name: MechanismKernelLog, Targets: targetsLocalK8s(), Safety: SafetyDisruptive,
 		Reaches: []Layer{LayerKernelLog},
 		Misses:  misses,
-		Description: "Writes " + what + " to /dev/kmsg in the driver's exact format (root needed). Kernel-log readers " +
-			"(journald and syslog watchers, node-problem-detector, gpuchaos' XID watcher) see it; NVML, DCGM and the job do not.",
 	}
+	if what != "" {
+		m.Description = kernelLogDescription(what)
+	}
+	return m
+}
+
+// kernelLogDescription is the description of a kernel-log mechanism that
+// writes what.
+func kernelLogDescription(what string) string {
+	return "Writes " + what + " to /dev/kmsg in the driver's exact format (root needed). Kernel-log readers " +
+		"(journald and syslog watchers, node-problem-detector, gpuchaos' XID watcher) see it; NVML, DCGM and the job do not."
 }
 
 // dcgmInjectMechanism writes values into DCGM's field cache. dcgm-exporter

@@ -110,6 +110,11 @@ type Mechanism struct {
 	// variables a fault sets: `gpuchaos exec` applies exactly these, and
 	// the Description is written from the same data.
 	Env func(Values) []string `json:"-"`
+
+	// xidNote qualifies "the XID N line" in the description of a
+	// kernel-log mechanism whose code is the signature's; buildCatalogue
+	// writes that description once the code is known (completeXID).
+	xidNote string
 }
 
 // Signature says what a real occurrence of the fault changes. The twin plays
@@ -126,6 +131,14 @@ type Signature struct {
 	// Effects builds the twin-playable effects from the fault's resolved
 	// parameters. Never nil in the catalogue.
 	Effects func(Values) []Effect `json:"-"`
+	// XID is the code of the driver's XID line a real occurrence writes to
+	// the kernel log: 0 when it writes none, or when the code is one of
+	// the fault's parameters (hardware.xid). It is the one place a fault's
+	// code is written: the catalogue builds from it the first of Logs,
+	// the kernel-log mechanism's description and, for a fault that names
+	// no effects of its own, the XID effect the twin plays; the kernel-log
+	// injector (internal/fault/xidfault) writes the line of this code.
+	XID int `json:"-"`
 }
 
 // Fault is one entry of the catalogue.

@@ -10,6 +10,6 @@
 // 0.0.4) unless the scraper asks for protobuf: the newest value of
 // every series that is not stale, so a GPU that falls off the bus simply
 // disappears from the page, as it does from dcgm-exporter's. Apply and
-// Revert take the lock, so the Runner is the twinfault.Player of a live
+// Revert take the lock, so the Runner is the fault.TwinPlayer of a live
 // engine target; WithTwin gives locked access to everything else.
 package live

@@ -104,7 +104,7 @@ func (t *Target) Inventory(ctx context.Context) (inventory.Inventory, error) {
 // Injector returns the twin injector of the fault, acting through the
 // runner so that every change takes its lock.
 func (t *Target) Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error) {
-	return all.Injector(f, m, all.Env{Twin: t.Runner, Logger: t.log})
+	return all.Injector(f, m, all.TwinEnv(t.Runner, t.log))
 }
 
 // Probe builds a Prometheus probe against the real server, or any other

@@ -21,9 +21,8 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/detect/probe/promapi"
 	"github.com/gpuchaos/gpuchaos/internal/detect/probe/scrape"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 	"github.com/gpuchaos/gpuchaos/internal/fault/ledger"
-	"github.com/gpuchaos/gpuchaos/internal/fault/xidfault"
+	"github.com/gpuchaos/gpuchaos/internal/fault/nodeall"
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/node/colltrace"
@@ -47,7 +46,7 @@ type Options struct {
 	Kmsg kmsg.Options
 	// Writer writes kernel log records for the kernel-log mechanism; nil
 	// means kmsg.Writer{}, /dev/kmsg.
-	Writer xidfault.Writer
+	Writer fault.KmsgWriter
 	// StateDir is where mechanisms that change the node (network qdiscs
 	// and filters, child processes) record what they did, so that the
 	// next start recovers what a killed run left; keep it beside the
@@ -354,7 +353,7 @@ func (t *Target) Inventory(ctx context.Context) (inventory.Inventory, error) {
 // mechanism writes through the target's kernel log writer; mechanisms
 // without an injector in this build say so.
 func (t *Target) Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error) {
-	return all.Injector(f, m, all.Env{Kmsg: t.opts.Writer, StateDir: t.opts.StateDir, GPUNode: t.gpuNode, Logger: t.opts.Logger})
+	return nodeall.Injector(f, m, nodeall.Env(nodeall.Node{Kmsg: t.opts.Writer, StateDir: t.opts.StateDir, GPUNode: t.gpuNode, Logger: t.opts.Logger}))
 }
 
 // gpuNode returns the NUMA node NVML (or sysfs) reported for GPU index at

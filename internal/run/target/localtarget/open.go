@@ -8,12 +8,11 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/all"
 	"github.com/gpuchaos/gpuchaos/internal/fault/ledger"
+	"github.com/gpuchaos/gpuchaos/internal/fault/nodeall"
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/node/colltrace"
 	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
-	"github.com/gpuchaos/gpuchaos/internal/node/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/run/engine"
 	"github.com/gpuchaos/gpuchaos/internal/run/target"
 )
@@ -140,7 +139,7 @@ type nodeRecoverer struct{ stateDir string }
 func (nodeRecoverer) Kind() target.Kind { return target.Local }
 
 func (r nodeRecoverer) Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error) {
-	return all.Injector(f, m, all.Env{Kmsg: kmsg.Writer{}, StateDir: r.stateDir})
+	return nodeall.Injector(f, m, nodeall.Env(nodeall.Node{StateDir: r.stateDir}))
 }
 
 // noGPUs is the GPU source of a node without NVML: it lists none.

@@ -30,7 +30,7 @@ func Open(_ context.Context, cfg target.Config) (target.Target, error) {
 		return nil, err
 	}
 	t := New(tw)
-	t.warmup, t.notes, t.env = cfg.Warmup, cfg.Notes, all.Env{Twin: tw, Logger: cfg.Logger}
+	t.warmup, t.notes, t.env = cfg.Warmup, cfg.Notes, all.TwinEnv(tw, cfg.Logger)
 	return t, nil
 }
 
@@ -54,12 +54,12 @@ type Target struct {
 
 	warmup time.Duration
 	notes  io.Writer
-	env    all.Env
+	env    fault.Env
 }
 
 // New returns a target over tw, with no warm-up.
 func New(tw *twin.Twin) *Target {
-	return &Target{Twin: tw, notes: io.Discard, env: all.Env{Twin: tw}}
+	return &Target{Twin: tw, notes: io.Discard, env: all.TwinEnv(tw, nil)}
 }
 
 // Kind returns target.Twin.
