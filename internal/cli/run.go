@@ -260,10 +260,10 @@ func stillPending(ctx context.Context, l ledger.Ledger, path string) error {
 	if len(left) == 0 {
 		return nil
 	}
-	pe := &engine.PendingError{Ledger: path}
+	pe := &ledger.PendingError{Ledger: path}
 	for _, e := range left {
-		pe.Entries = append(pe.Entries, engine.Recovery{Entry: e, Status: engine.StillPending,
-			What: engine.Describe(e.Fault, e.Ref, e.Params), Detail: "its recovery failed (see the timeline)"})
+		pe.Entries = append(pe.Entries, ledger.Recovery{Entry: e, Status: ledger.StillPending,
+			What: ledger.Describe(e.Fault, e.Ref, e.Params), Detail: "its recovery failed (see the timeline)"})
 	}
 	return pe
 }
