@@ -16,7 +16,6 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/fault/ledger"
-	"github.com/gpuchaos/gpuchaos/internal/kube/controller"
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/run/engine"
 	"github.com/gpuchaos/gpuchaos/internal/run/target"
@@ -277,7 +276,7 @@ func loadExperiment(path string) (*v1alpha1.Experiment, error) {
 	}
 	exp.Default()
 	// The same checks as the controller's admission.
-	err = exp.Validate(controller.ValidateOptions())
+	err = exp.Validate(engine.ValidateOptions())
 	if err != nil {
 		return nil, locate(exp, path, err)
 	}

@@ -72,7 +72,7 @@ func (r *ExperimentReconciler) admit(ctx context.Context, exp *v1alpha1.Experime
 	if !ok {
 		return nil, &refusal{ReasonNotOptedIn, fmt.Sprintf("namespace %s is not labelled %s=%s", exp.Namespace, v1alpha1.LabelChaos, v1alpha1.ChaosEnabled)}
 	}
-	if err := exp.Validate(ValidateOptions()); err != nil {
+	if err := exp.Validate(engine.ValidateOptions()); err != nil {
 		return nil, &refusal{ReasonInvalidSpec, err.Error()}
 	}
 	tgt, err := r.target(exp)
