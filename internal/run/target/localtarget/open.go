@@ -12,6 +12,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/node/colltrace"
 	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/node/gpu/nvmlgpu"
 	"github.com/gpuchaos/gpuchaos/internal/node/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/run/target"
 )
@@ -33,7 +34,7 @@ func Open(ctx context.Context, cfg target.Config) (target.Target, error) {
 			return nil, err
 		}
 	}
-	src, err := gpu.OpenNVML()
+	src, err := nvmlgpu.Open()
 	if err != nil {
 		// Network, storage and checkpoint faults act on the node, and a
 		// training job on CPUs (gloo) still has ranks to break: only GPU
