@@ -23,6 +23,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/kube/nodeagent"
 	"github.com/gpuchaos/gpuchaos/internal/node/exporter"
 	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/node/gpu/nvmlgpu"
 	"github.com/gpuchaos/gpuchaos/internal/node/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/node/xidwatch"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
@@ -174,7 +175,7 @@ func (fl agentFlags) run(cmd *cobra.Command) error {
 		}
 		src, srcName, runner = s, "twin", r
 	} else {
-		s, err := gpu.OpenNVML()
+		s, err := nvmlgpu.Open()
 		switch {
 		case err == nil:
 			src, srcName = s, "nvml"

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
 	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/node/gpu/nvmlgpu"
 )
 
 func TestAgentTwin(t *testing.T) {
@@ -94,11 +95,11 @@ func TestAgentBadInput(t *testing.T) {
 
 func TestAgentWithoutGPU(t *testing.T) {
 	t.Parallel()
-	if src, err := gpu.OpenNVML(); err == nil {
+	if src, err := nvmlgpu.Open(); err == nil {
 		src.Close()
 		t.Skip("this machine has NVML: the no-GPU path cannot be seen here")
 	} else if !errors.Is(err, gpu.ErrUnavailable) {
-		t.Fatalf("OpenNVML: %v", err)
+		t.Fatalf("nvmlgpu.Open: %v", err)
 	}
 	var out, errb strings.Builder
 	code := Main([]string{"agent", "--listen", "127.0.0.1:0"}, strings.NewReader(""), &out, &errb)

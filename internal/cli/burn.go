@@ -18,7 +18,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/gputools/burn"
 	"github.com/gpuchaos/gpuchaos/internal/node/cuda"
-	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/node/gpu/nvmlgpu"
 )
 
 func newBurnCmd() *cobra.Command {
@@ -253,7 +253,7 @@ func parseGPUList(s string) ([]int, error) {
 
 // nvmlTelemetry opens NVML and adapts its samples to burn's telemetry.
 func nvmlTelemetry() (burn.TelemetryFunc, func(), error) {
-	src, err := gpu.OpenNVML()
+	src, err := nvmlgpu.Open()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault/ledger"
-	"github.com/gpuchaos/gpuchaos/internal/run/engine"
 	"github.com/gpuchaos/gpuchaos/internal/run/target/localtarget"
 )
 
@@ -90,12 +89,12 @@ on a bad flag.`,
 				tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "KEY\tWHAT\tRUN\tINJECTED\tEXPIRES")
 				for _, e := range pending {
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Key, engine.Describe(e.Fault, e.Ref, e.Params), e.Run,
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Key, ledger.Describe(e.Fault, e.Ref, e.Params), e.Run,
 						e.InjectedAt.Format(time.RFC3339), e.Expires.Format(time.RFC3339))
 				}
 				return tw.Flush()
 			}
-			rs, err := engine.RecoverPending(ctx, localtarget.NodeRecoverer(localtarget.StateDir(ledgerPath)), l)
+			rs, err := ledger.RecoverPending(ctx, localtarget.NodeRecoverer(ledger.StateDir(ledgerPath)), l)
 			if err != nil {
 				return failed(fmt.Errorf("--ledger: %w", err))
 			}
@@ -108,8 +107,8 @@ on a bad flag.`,
 			} else {
 				localtarget.PrintRecoveries(out, rs)
 			}
-			if left := engine.StillPendingIn(rs); len(left) > 0 {
-				return failed(&engine.PendingError{Ledger: ledgerPath, Entries: left})
+			if left := ledger.StillPendingIn(rs); len(left) > 0 {
+				return failed(&ledger.PendingError{Ledger: ledgerPath, Entries: left})
 			}
 			return nil
 		},

@@ -16,7 +16,6 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/fault/ledger"
-	"github.com/gpuchaos/gpuchaos/internal/kube/controller"
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/run/engine"
 	"github.com/gpuchaos/gpuchaos/internal/run/target"
@@ -260,10 +259,10 @@ func stillPending(ctx context.Context, l ledger.Ledger, path string) error {
 	if len(left) == 0 {
 		return nil
 	}
-	pe := &engine.PendingError{Ledger: path}
+	pe := &ledger.PendingError{Ledger: path}
 	for _, e := range left {
-		pe.Entries = append(pe.Entries, engine.Recovery{Entry: e, Status: engine.StillPending,
-			What: engine.Describe(e.Fault, e.Ref, e.Params), Detail: "its recovery failed (see the timeline)"})
+		pe.Entries = append(pe.Entries, ledger.Recovery{Entry: e, Status: ledger.StillPending,
+			What: ledger.Describe(e.Fault, e.Ref, e.Params), Detail: "its recovery failed (see the timeline)"})
 	}
 	return pe
 }
@@ -277,7 +276,7 @@ func loadExperiment(path string) (*v1alpha1.Experiment, error) {
 	}
 	exp.Default()
 	// The same checks as the controller's admission.
-	err = exp.Validate(controller.ValidateOptions())
+	err = exp.Validate(engine.ValidateOptions())
 	if err != nil {
 		return nil, locate(exp, path, err)
 	}

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -110,14 +109,14 @@ func (r clusterRun) run(ctx context.Context, exp *v1alpha1.Experiment, path stri
 		if final, ferr := follow(actx); ferr != nil {
 			return failed(fmt.Errorf("%w; experiment %s not yet recovered: %w", err, key, ferr))
 		} else if r.format == "table" {
-			printVerdicts(r.out, StatusRecord(final))
+			printVerdicts(r.out, engine.StatusRecord(final))
 		}
 		return err
 	}
 	if err != nil {
 		return failed(err)
 	}
-	rec := StatusRecord(final)
+	rec := engine.StatusRecord(final)
 	if r.format == "json" {
 		if err := writeJSON(r.out, rec); err != nil {
 			return failed(err)
@@ -151,59 +150,10 @@ func printStatusEvents(w io.Writer, exp *v1alpha1.Experiment, done int) int {
 		fmt.Fprintf(w, "          (%d events dropped from the status)\n", first-done)
 		done = first
 	}
-	for _, ev := range evs[done-first:] {
-		fmt.Fprintf(w, "%+8.0fs  %-12s %s %s\n", offset(exp, ev.Time.Time), ev.Kind, ev.Name, ev.Detail)
+	for _, ev := range engine.StatusRecord(exp).Timeline[done-first:] {
+		fmt.Fprintf(w, "%+8.0fs  %-12s %s %s\n", ev.Offset, ev.Kind, ev.Name, ev.Detail)
 	}
 	return total
-}
-
-func offset(exp *v1alpha1.Experiment, t time.Time) float64 {
-	if exp.Status.StartTime == nil {
-		return 0
-	}
-	return t.Sub(exp.Status.StartTime.Time).Seconds()
-}
-
-// StatusRecord rebuilds the run record the other targets print from an
-// Experiment's status, so the table, the JSON and the exit code of a
-// cluster run are those of a local one.
-func StatusRecord(exp *v1alpha1.Experiment) *engine.Record {
-	st := exp.Status
-	rec := &engine.Record{Experiment: exp, Target: "k8s"}
-	if st.StartTime != nil {
-		rec.StartedAt, rec.InjectedAt = st.StartTime.Time, st.StartTime.Time
-	}
-	if st.CompletionTime != nil {
-		rec.EndedAt = st.CompletionTime.Time
-	}
-	for _, v := range st.Verdicts {
-		ev := engine.Verdict{Name: v.Name, Detector: v.Detector, Verdict: v.Result, Within: v.Within.Seconds(), Detail: v.Detail}
-		if v.TimeToDetect != nil {
-			s := v.TimeToDetect.Seconds()
-			ev.TTDSeconds = &s
-		}
-		rec.Verdicts = append(rec.Verdicts, ev)
-	}
-	for _, e := range st.Events {
-		rec.Timeline = append(rec.Timeline, engine.Event{Time: e.Time.Time, Offset: offset(exp, e.Time.Time), Kind: e.Kind, Name: e.Name, Detail: e.Detail})
-	}
-	switch st.Phase {
-	case v1alpha1.PhaseAborted:
-		rec.Aborted = "aborted"
-		if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionRecovered); c != nil {
-			rec.Aborted = c.Message
-		}
-	case v1alpha1.PhaseFailed:
-		msg := "failed"
-		for _, c := range st.Conditions {
-			if c.Status == metav1.ConditionFalse && c.Message != "" {
-				msg = c.Message
-				break
-			}
-		}
-		rec.Err = errors.New(msg)
-	}
-	return rec
 }
 
 // aimer is a target that aims injections at pods (k8s): a network fault

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/node/gpu/nvmlgpu"
 )
 
 // TestRunBadFiles covers the bad experiment files of
@@ -169,7 +169,7 @@ func TestRunK8sNeedsAKubeconfig(t *testing.T) {
 // the selector, naming the GPU, and says why no GPU is listed.
 func TestRunLocalWithoutGPU(t *testing.T) {
 	t.Parallel()
-	if src, err := gpu.OpenNVML(); err == nil {
+	if src, err := nvmlgpu.Open(); err == nil {
 		src.Close()
 		t.Skip("this machine has a GPU driver; the test is about one without")
 	}

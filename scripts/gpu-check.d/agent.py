@@ -13,7 +13,7 @@ memory used exact, clocks ±5 %; UUID and bus id must match.
 
 Then scripts/agent-cost measures the agent's CPU time and peak memory
 over 60 s at 1 s sampling (targets: under 1 % of one core, under 50 MiB).
-When bin/gpu.test exists (go test -c -o bin/gpu.test ./internal/node/gpu), its
+When bin/gpu.test exists (go test -c -o bin/gpu.test ./internal/node/gpu/nvmlgpu), its
 NVML per-call benchmark says where the agent's CPU goes.
 
 Usage: [BIN=bin/gpuchaos] [GPU=0] scripts/gpu-check.d/agent.py OUT_DIR

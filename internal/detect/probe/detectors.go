@@ -68,6 +68,12 @@ func DetectorRules() *rules.Set { return builtins().set }
 // Detectors returns the built-in detectors in report order.
 func Detectors() []*Detector { return builtins().list }
 
+// CollectiveTraceDetector is the name of the detector the NCCL collective
+// tracer provides (node/colltrace). It is not a built-in rule, and the
+// tracer is linked only where it runs, so whoever validates a spec knows
+// the name from here.
+const CollectiveTraceDetector = "collective-trace"
+
 // LookupDetector returns a built-in detector by name.
 func LookupDetector(name string) (*Detector, bool) {
 	ds := Detectors()

@@ -1,7 +1,9 @@
 // Package ledger records every injection before it acts, so that whatever a
 // crash leaves injected is recovered on the next start. The file ledger is
 // an append-only JSON-lines journal; the memory ledger serves targets whose
-// state dies with the process (the twin).
+// state dies with the process (the twin). RecoverPending recovers what a
+// ledger still holds through the injectors of the kind of target that
+// recorded it.
 package ledger
 
 import (
@@ -120,6 +122,11 @@ func Open(path string) (*File, error) {
 	l.f = f
 	return l, nil
 }
+
+// StateDir is where mechanisms record what they did to the node: beside
+// the ledger at ledgerPath that says it was done, so one directory holds a
+// node's recovery.
+func StateDir(ledgerPath string) string { return filepath.Join(filepath.Dir(ledgerPath), "state") }
 
 // replay reads the journal into memory and returns the length of its
 // complete lines.

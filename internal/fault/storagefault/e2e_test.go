@@ -198,7 +198,7 @@ func TestPartitionHangsWritesUntilRecovery(t *testing.T) {
 
 // TestRecoverAfterSIGKILL kills an injector mid-fault and recovers its
 // injection from the state directory alone, in this process, through a
-// fresh injector from internal/fault/nodeall, as the engine's RecoverPending
+// fresh injector from internal/fault/nodeall, as the ledger's RecoverPending
 // does with the key its ledger holds.
 func TestRecoverAfterSIGKILL(t *testing.T) {
 	sn := newStorageNet(t)

@@ -24,11 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
-	"github.com/gpuchaos/gpuchaos/internal/detect/probe"
 	"github.com/gpuchaos/gpuchaos/internal/kube/kubetarget"
-	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
-	"github.com/gpuchaos/gpuchaos/internal/node/colltrace"
 )
 
 // Options configure the controller. Zero values take the defaults noted.
@@ -131,17 +127,4 @@ func New(opts Options) (manager.Manager, error) {
 		return nil, fmt.Errorf("schedule controller: %w", err)
 	}
 	return mgr, nil
-}
-
-// ValidateOptions are the checks an Experiment's spec passes before it
-// runs, the same for `gpuchaos run` and the controller: its faults against
-// the catalogue, its detectors against the built-in ones.
-func ValidateOptions() v1alpha1.ValidateOptions {
-	return v1alpha1.ValidateOptions{
-		CheckFault: catalog.CheckSpec,
-		KnownDetector: func(name string) bool {
-			_, ok := probe.LookupDetector(name)
-			return ok || name == colltrace.DetectorName
-		},
-	}
 }

@@ -72,7 +72,7 @@ func (r *ExperimentReconciler) admit(ctx context.Context, exp *v1alpha1.Experime
 	if !ok {
 		return nil, &refusal{ReasonNotOptedIn, fmt.Sprintf("namespace %s is not labelled %s=%s", exp.Namespace, v1alpha1.LabelChaos, v1alpha1.ChaosEnabled)}
 	}
-	if err := exp.Validate(ValidateOptions()); err != nil {
+	if err := exp.Validate(engine.ValidateOptions()); err != nil {
 		return nil, &refusal{ReasonInvalidSpec, err.Error()}
 	}
 	tgt, err := r.target(exp)
@@ -225,7 +225,7 @@ func (r *ExperimentReconciler) runExperiment(ctx context.Context, exp *v1alpha1.
 		now := metav1.Now()
 		s.CompletionTime = &now
 		if rec != nil {
-			s.Verdicts, s.Passed = verdicts(rec)
+			s.Verdicts, s.Passed = engine.StatusVerdicts(rec)
 		}
 		msg := "every NodeFault recovered"
 		status := metav1.ConditionTrue
@@ -258,7 +258,7 @@ func endEventType(p v1alpha1.ExperimentPhase) string {
 func endNote(rec *engine.Record, err, cause error) string {
 	var parts []string
 	if rec != nil {
-		_, passed := verdicts(rec)
+		_, passed := engine.StatusVerdicts(rec)
 		parts = append(parts, passed+" expectations passed")
 		if rec.Aborted != "" {
 			parts = append(parts, "aborted: "+rec.Aborted)
@@ -271,23 +271,6 @@ func endNote(rec *engine.Record, err, cause error) string {
 		parts = append(parts, err.Error())
 	}
 	return strings.Join(parts, "; ")
-}
-
-func verdicts(rec *engine.Record) ([]v1alpha1.VerdictStatus, string) {
-	out := make([]v1alpha1.VerdictStatus, 0, len(rec.Verdicts))
-	passed := 0
-	for _, v := range rec.Verdicts {
-		vs := v1alpha1.VerdictStatus{Name: v.Name, Detector: v.Detector, Result: v.Verdict, Detail: v.Detail,
-			Within: metav1.Duration{Duration: time.Duration(v.Within * float64(time.Second))}, Passed: v.Verdict == engine.Pass}
-		if v.TTDSeconds != nil {
-			vs.TimeToDetect = &metav1.Duration{Duration: time.Duration(*v.TTDSeconds * float64(time.Second)).Round(time.Millisecond)}
-		}
-		if vs.Passed {
-			passed++
-		}
-		out = append(out, vs)
-	}
-	return out, fmt.Sprintf("%d/%d", passed, len(out))
 }
 
 // addEvents appends to the status's timeline, keeping the newest
@@ -325,7 +308,7 @@ func (p *reporter) event(ev engine.Event) {
 	if len(p.pending) == v1alpha1.MaxStatusEvents {
 		p.dropped++
 	}
-	p.pending = appendCapped(p.pending, v1alpha1.EventStatus{Time: metav1.NewTime(ev.Time), Kind: ev.Kind, Name: ev.Name, Detail: ev.Detail})
+	p.pending = appendCapped(p.pending, engine.StatusEvent(ev))
 	if ev.Kind == "recover" {
 		p.recovering = true
 	}

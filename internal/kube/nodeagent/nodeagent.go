@@ -33,8 +33,6 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
 	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
 	"github.com/gpuchaos/gpuchaos/internal/node/procfind/podproc"
-	"github.com/gpuchaos/gpuchaos/internal/run/target"
-	"github.com/gpuchaos/gpuchaos/internal/run/target/localtarget"
 )
 
 // APIMechanisms are the mechanisms the controller applies through the API
@@ -74,7 +72,7 @@ type Options struct {
 	Node string
 	// Ledger is the path of the journal every injection is recorded in
 	// before it acts; required. Mechanisms that change the node keep
-	// their records beside it (localtarget.StateDir).
+	// their records beside it (ledger.StateDir).
 	Ledger string
 	// Env is what the injectors get (nodeall.Env); an empty StateDir
 	// means the one beside the ledger.
@@ -142,7 +140,7 @@ func New(opts Options) (*Agent, error) {
 		return nil, errors.New("node agent: --ledger: a ledger path is required")
 	}
 	if opts.Env.StateDir == "" {
-		opts.Env.StateDir = localtarget.StateDir(opts.Ledger)
+		opts.Env.StateDir = ledger.StateDir(opts.Ledger)
 	}
 	if opts.Agent == "" {
 		opts.Agent = "gpuchaos-agent/" + opts.Node
@@ -314,7 +312,7 @@ func (a *Agent) injector(faultID, mechanism string) (fault.Injector, error) {
 		return nil, fmt.Errorf("spec.mechanism: %s is not a mechanism of %s", mechanism, faultID)
 	}
 	local := slices.ContainsFunc(nodeall.Registry(), func(e fault.Entry) bool {
-		return e.Serves(f.ID, m.Name) && slices.Contains(e.Targets, string(target.Local))
+		return e.Serves(f.ID, m.Name) && slices.Contains(e.Targets, ledger.Local)
 	})
 	if !local {
 		return nil, fmt.Errorf("spec.mechanism: %s of %s is not one this agent runs on a node", mechanism, faultID)
@@ -556,7 +554,7 @@ func (a *Agent) apply(ctx context.Context, nf *v1alpha1.NodeFault) error {
 		return nil // the next pass reports it expired
 	}
 	entry := ledger.Entry{
-		Key: key, Run: nf.Name, Target: string(target.Local), Fault: nf.Spec.Fault, Mechanism: nf.Spec.Mechanism,
+		Key: key, Run: nf.Name, Target: ledger.Local, Fault: nf.Spec.Fault, Mechanism: nf.Spec.Mechanism,
 		Params: params, Ref: ref, InjectedAt: now, Expires: nf.Spec.ExpiresAt.Time,
 	}
 	if err := a.ledger.Record(ctx, entry); err != nil {

@@ -7,10 +7,6 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/detect/probe"
 )
 
-// DetectorName is the name the engine's detector probes use for the
-// collective tracer.
-const DetectorName = "collective-trace"
-
 // Reporter gives the tracker's current verdict; *Tracer is one.
 type Reporter interface {
 	Report() Report

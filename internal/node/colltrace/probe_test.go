@@ -48,7 +48,7 @@ func TestProbe(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			p := NewProbe(DetectorName, tt.src, ProbeOptions{Node: "n1", Subject: tt.subject})
+			p := NewProbe(probe.CollectiveTraceDetector, tt.src, ProbeOptions{Node: "n1", Subject: tt.subject})
 			if p.Name() != "collective-trace" {
 				t.Errorf("name %q", p.Name())
 			}

@@ -15,6 +15,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
+	"github.com/gpuchaos/gpuchaos/internal/node/gpu/nvmlgpu"
 )
 
 // mockGPU is what one mock GPU answers; lost and noMemTemp may change
@@ -104,9 +105,9 @@ func mockH200(t testing.TB) (*server.Server, []*mockGPU, gpu.Source) {
 		gpus[i] = &mockGPU{index: i}
 		gpus[i].program(d.(*server.Device))
 	}
-	src, err := gpu.NewNVML(srv)
+	src, err := nvmlgpu.New(srv)
 	if err != nil {
-		t.Fatalf("NewNVML: %v", err)
+		t.Fatalf("nvmlgpu.New: %v", err)
 	}
 	t.Cleanup(func() { _ = src.Close() })
 	return srv, gpus, src

@@ -1,7 +1,10 @@
 // Package gpu gives the rest of gpuchaos read access to the GPUs of one
 // node behind one small interface, Source, so that the agent's exporter,
 // burn's telemetry sampling and the local target run the same code on a
-// real machine (NVML) and on the digital twin (no GPU at all).
+// real machine (NVML) and on the digital twin (no GPU at all). This package
+// holds only the interface and its plain types; the NVML implementation is
+// nvmlgpu and the twin's is twin/twingpu, so what reads the twin's GPUs
+// links no hardware library.
 //
 // Units follow dcgm-exporter, so that a value read here can be exported as
 // the DCGM field of the same name without conversion: clocks in MHz,

@@ -630,9 +630,9 @@ func (e *Engine) recoverOne(rctx context.Context, rec *Record, in Injection) {
 	if err == nil {
 		err = inj.Recover(rctx, in.Key)
 	}
-	what := Describe(in.Fault, in.Ref, in.Params)
-	status := outcome(err)
-	if status == StillPending {
+	what := ledger.Describe(in.Fault, in.Ref, in.Params)
+	status := ledger.Outcome(err)
+	if status == ledger.StillPending {
 		err = fmt.Errorf("recover %s: %w (left in the ledger for the next start)", what, err)
 		e.event(rec, "error", in.Fault, err.Error())
 		e.mu.Lock()
@@ -645,7 +645,7 @@ func (e *Engine) recoverOne(rctx context.Context, rec *Record, in Injection) {
 	if err := e.opts.Ledger.Done(rctx, in.Key); err != nil {
 		e.event(rec, "error", in.Fault, "mark recovered in ledger: "+err.Error())
 	}
-	if status == Gone {
+	if status == ledger.Gone {
 		e.event(rec, "recover", in.Fault, refKey(in.Ref)+": target gone: "+err.Error())
 		return
 	}

@@ -29,8 +29,9 @@ const (
 	// Live is the twin in real time, its /metrics scraped by a real
 	// Prometheus.
 	Live Kind = "live"
-	// Local is the node gpuchaos runs on.
-	Local Kind = "local"
+	// Local is the node gpuchaos runs on. It is named as the ledger names
+	// the node's own injections, which a node agent records too.
+	Local Kind = ledger.Local
 	// K8s is a Kubernetes cluster.
 	K8s Kind = "k8s"
 )
@@ -42,6 +43,12 @@ func (k Kind) Mechanisms() string {
 		return string(Twin)
 	}
 	return string(k)
+}
+
+// Recoverer recovers, through inj, the ledger entries targets of kind k
+// recorded.
+func (k Kind) Recoverer(inj func(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error)) ledger.Recoverer {
+	return ledger.Recoverer{Kind: string(k), Mechanisms: k.Mechanisms(), Injector: inj}
 }
 
 // Target is what a run acts on. Implementations are used by one run at a

@@ -337,11 +337,11 @@ func TestRecoverPendingAfterSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	lt := startLocal(t)
-	got, err := engine.RecoverPending(t.Context(), lt, l)
+	got, err := ledger.RecoverPending(t.Context(), lt.Kind().Recoverer(lt.Injector), l)
 	if err != nil {
 		t.Fatalf("RecoverPending: %v", err)
 	}
-	if len(got) != 1 || got[0].Entry.Key != "killed/0/node-a/gpu3" || got[0].Status != engine.Recovered {
+	if len(got) != 1 || got[0].Entry.Key != "killed/0/node-a/gpu3" || got[0].Status != ledger.Recovered {
 		t.Fatalf("recovered %+v, want the killed run's entry", got)
 	}
 	if want := "hardware.xid on gpu 3 on node node-a"; got[0].What != want {
@@ -378,11 +378,11 @@ func TestRecoverPendingKeepsWhatItCannotRecover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got, err := engine.RecoverPending(ctx, lt, l)
+	got, err := ledger.RecoverPending(ctx, lt.Kind().Recoverer(lt.Injector), l)
 	if err != nil {
 		t.Fatalf("RecoverPending: %v", err)
 	}
-	wantStatus := map[string]string{"ok": engine.Recovered, "other-target": engine.StillPending, "unknown-fault": engine.StillPending, "unknown-mechanism": engine.StillPending}
+	wantStatus := map[string]string{"ok": ledger.Recovered, "other-target": ledger.StillPending, "unknown-fault": ledger.StillPending, "unknown-mechanism": ledger.StillPending}
 	wantWhy := map[string]string{"other-target": "target twin", "unknown-fault": "not in the catalogue", "unknown-mechanism": `"teleport" is not a mechanism of hardware.xid`}
 	if len(got) != len(entries) {
 		t.Fatalf("got %d outcomes, want one per entry: %+v", len(got), got)
@@ -392,7 +392,7 @@ func TestRecoverPendingKeepsWhatItCannotRecover(t *testing.T) {
 			t.Errorf("%s: %s (%s), want %s saying %q", r.Entry.Key, r.Status, r.Detail, wantStatus[r.Entry.Key], wantWhy[r.Entry.Key])
 		}
 	}
-	pe := &engine.PendingError{Ledger: "L", Entries: engine.StillPendingIn(got)}
+	pe := &ledger.PendingError{Ledger: "L", Entries: ledger.StillPendingIn(got)}
 	for _, want := range []string{"3 injection(s) still pending in ledger L", "other-target", "unknown-fault", "unknown-mechanism", "gpuchaos recover --ledger L"} {
 		if !strings.Contains(pe.Error(), want) {
 			t.Errorf("pending error %q does not say %q", pe.Error(), want)

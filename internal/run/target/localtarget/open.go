@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"path/filepath"
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault"
@@ -13,7 +12,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/node/colltrace"
 	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
-	"github.com/gpuchaos/gpuchaos/internal/run/engine"
+	"github.com/gpuchaos/gpuchaos/internal/node/gpu/nvmlgpu"
 	"github.com/gpuchaos/gpuchaos/internal/run/target"
 )
 
@@ -34,7 +33,7 @@ func Open(ctx context.Context, cfg target.Config) (target.Target, error) {
 			return nil, err
 		}
 	}
-	src, err := gpu.OpenNVML()
+	src, err := nvmlgpu.Open()
 	if err != nil {
 		// Network, storage and checkpoint faults act on the node, and a
 		// training job on CPUs (gloo) still has ranks to break: only GPU
@@ -47,7 +46,7 @@ func Open(ctx context.Context, cfg target.Config) (target.Target, error) {
 		opts.Exporter, opts.MoreExporters = cfg.Exporters[0], cfg.Exporters[1:]
 	}
 	if l != nil {
-		opts.StateDir = StateDir(cfg.Ledger)
+		opts.StateDir = ledger.StateDir(cfg.Ledger)
 	}
 	if cfg.TraceLib != "" || len(cfg.TracePIDs) > 0 {
 		opts.Collectives = &colltrace.Options{Lib: cfg.TraceLib, PIDs: cfg.TracePIDs}
@@ -75,11 +74,6 @@ func Open(ctx context.Context, cfg target.Config) (target.Target, error) {
 	return t, nil
 }
 
-// StateDir is where mechanisms record what they did to the node: beside
-// the ledger that says it was done, so one directory holds a node's
-// recovery.
-func StateDir(ledgerPath string) string { return filepath.Join(filepath.Dir(ledgerPath), "state") }
-
 // RecoverLedger opens the ledger at path and recovers every injection it
 // still holds, writing one line for each to notes. It fails, naming every
 // entry left pending, when some cannot be recovered or proved gone: a run
@@ -89,28 +83,28 @@ func RecoverLedger(ctx context.Context, notes io.Writer, path string) (*ledger.F
 	if err != nil {
 		return nil, fmt.Errorf("--ledger: %w", err)
 	}
-	rs, err := engine.RecoverPending(ctx, NodeRecoverer(StateDir(path)), l)
+	rs, err := ledger.RecoverPending(ctx, NodeRecoverer(ledger.StateDir(path)), l)
 	if err != nil {
 		l.Close()
 		return nil, fmt.Errorf("--ledger: %w", err)
 	}
 	PrintRecoveries(notes, rs)
-	if left := engine.StillPendingIn(rs); len(left) > 0 {
+	if left := ledger.StillPendingIn(rs); len(left) > 0 {
 		l.Close()
-		return nil, fmt.Errorf("nothing new was injected: %w", &engine.PendingError{Ledger: path, Entries: left})
+		return nil, fmt.Errorf("nothing new was injected: %w", &ledger.PendingError{Ledger: path, Entries: left})
 	}
 	return l, nil
 }
 
 // PrintRecoveries says, one line each, what became of a killed run's
 // injections.
-func PrintRecoveries(w io.Writer, rs []engine.Recovery) {
+func PrintRecoveries(w io.Writer, rs []ledger.Recovery) {
 	for _, r := range rs {
 		left := fmt.Sprintf("left by run %s at %s", r.Entry.Run, r.Entry.InjectedAt.Format(time.RFC3339))
 		switch r.Status {
-		case engine.Recovered:
+		case ledger.Recovered:
 			fmt.Fprintf(w, "Recovered %s, %s.\n", r.What, left)
-		case engine.Gone:
+		case ledger.Gone:
 			fmt.Fprintf(w, "Gone: %s, %s: %s.\n", r.What, left, oneLine(r.Detail))
 		default:
 			fmt.Fprintf(w, "STILL PENDING: %s, %s: %s.\n", r.What, left, oneLine(r.Detail))
@@ -132,11 +126,11 @@ func oneLine(s string) string {
 // directory beside their ledger, without listing the node's GPUs or
 // following its kernel log: recovery must not wait for NVML, nor fail
 // because a driver is gone.
-func NodeRecoverer(stateDir string) engine.Recoverer { return nodeRecoverer{stateDir: stateDir} }
+func NodeRecoverer(stateDir string) ledger.Recoverer {
+	return target.Local.Recoverer(nodeRecoverer{stateDir: stateDir}.Injector)
+}
 
 type nodeRecoverer struct{ stateDir string }
-
-func (nodeRecoverer) Kind() target.Kind { return target.Local }
 
 func (r nodeRecoverer) Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error) {
 	return nodeall.Injector(f, m, nodeall.Env(nodeall.Node{StateDir: r.stateDir}))

@@ -829,8 +829,8 @@ func recoverPending(t *testing.T, j *job, state, ledgerPath string) {
 	if err != nil || len(pending) != 1 {
 		t.Fatalf("pending injections after the kill: %+v, %v; want one", pending, err)
 	}
-	done, err := engine.RecoverPending(t.Context(), lt, l)
-	if err != nil || len(done) != 1 || done[0].Status != engine.Recovered {
+	done, err := ledger.RecoverPending(t.Context(), lt.Kind().Recoverer(lt.Injector), l)
+	if err != nil || len(done) != 1 || done[0].Status != ledger.Recovered {
 		t.Fatalf("RecoverPending = %+v, %v; want the one injection recovered", done, err)
 	}
 	if left, err := l.Pending(t.Context()); err != nil || len(left) != 0 {

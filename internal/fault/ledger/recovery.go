@@ -1,4 +1,4 @@
-package engine
+package ledger
 
 import (
 	"context"
@@ -8,10 +8,8 @@ import (
 	"strings"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/fault/ledger"
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 	"github.com/gpuchaos/gpuchaos/internal/model/inventory"
-	"github.com/gpuchaos/gpuchaos/internal/run/target"
 )
 
 // Outcomes of recovering one ledger entry.
@@ -28,8 +26,8 @@ const (
 
 // Recovery is what became of one pending ledger entry.
 type Recovery struct {
-	Entry  ledger.Entry `json:"entry"`
-	Status string       `json:"status"`
+	Entry  Entry  `json:"entry"`
+	Status string `json:"status"`
 	// What names what the entry touched, for a person (Describe).
 	What string `json:"what"`
 	// Detail is the proof of a gone target or the reason an entry is
@@ -39,12 +37,23 @@ type Recovery struct {
 	Err error `json:"-"`
 }
 
+// Local is the target that entries recorded by a node's own injectors
+// carry: a local run's and a node agent's alike, so that recovering the
+// node's ledger undoes both.
+const Local = "local"
+
 // Recoverer is what recovering a ledger needs of a target: its kind (an
 // entry is recovered only by the kind of target that recorded it) and its
-// injectors. Every target.Target is one.
-type Recoverer interface {
-	Kind() target.Kind
-	Injector(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error)
+// injectors. The kind is a plain name, as Entry.Target holds it, so that
+// the ledger knows nothing of the targets that write it.
+type Recoverer struct {
+	// Kind names the target kind, as its entries' Target does.
+	Kind string
+	// Mechanisms is the target name the catalogue lists the kind's
+	// mechanisms under (a kind may run another's).
+	Mechanisms string
+	// Injector returns the kind's injector for a fault's mechanism.
+	Injector func(f *catalog.Fault, m *catalog.Mechanism) (fault.Injector, error)
 }
 
 // RecoverPending recovers every injection the ledger still holds (a run
@@ -53,7 +62,7 @@ type Recoverer interface {
 // the ledger for the next try, with the reason). It returns an error only
 // when the ledger cannot be read; a pending entry is not an error here, the
 // caller decides what it stops.
-func RecoverPending(ctx context.Context, t Recoverer, l ledger.Ledger) ([]Recovery, error) {
+func RecoverPending(ctx context.Context, t Recoverer, l Ledger) ([]Recovery, error) {
 	pending, err := l.Pending(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read pending injections: %w", err)
@@ -62,7 +71,7 @@ func RecoverPending(ctx context.Context, t Recoverer, l ledger.Ledger) ([]Recove
 	for _, e := range pending {
 		r := Recovery{Entry: e, What: Describe(e.Fault, e.Ref, e.Params)}
 		err := recoverEntry(ctx, t, e)
-		r.Status = outcome(err)
+		r.Status = Outcome(err)
 		if err != nil {
 			r.Detail, r.Err = err.Error(), err
 		}
@@ -76,10 +85,10 @@ func RecoverPending(ctx context.Context, t Recoverer, l ledger.Ledger) ([]Recove
 	return out, nil
 }
 
-// outcome classifies an injector's Recover error by the fault.Injector
+// Outcome classifies an injector's Recover error by the fault.Injector
 // contract: nil is recovered, ErrTargetGone (without ErrUnproven) is gone,
 // anything else leaves the injection pending.
-func outcome(err error) string {
+func Outcome(err error) string {
 	switch {
 	case err == nil:
 		return Recovered
@@ -114,16 +123,16 @@ func (e *PendingError) Error() string {
 	return b.String()
 }
 
-func recoverEntry(ctx context.Context, t Recoverer, e ledger.Entry) error {
-	if e.Target != string(t.Kind()) {
-		return fmt.Errorf("recorded on target %s, not %s", e.Target, t.Kind())
+func recoverEntry(ctx context.Context, t Recoverer, e Entry) error {
+	if e.Target != t.Kind {
+		return fmt.Errorf("recorded on target %s, not %s", e.Target, t.Kind)
 	}
 	f, ok := catalog.Lookup(e.Fault)
 	if !ok {
 		return fmt.Errorf("fault %s is not in the catalogue", e.Fault)
 	}
 	// What was injected is recovered whatever its risk.
-	mech, err := catalog.ChooseMechanism(f, e.Mechanism, t.Kind().Mechanisms(), true)
+	mech, err := catalog.ChooseMechanism(f, e.Mechanism, t.Mechanisms, true)
 	if err != nil {
 		return err
 	}

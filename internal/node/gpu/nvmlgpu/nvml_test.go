@@ -1,6 +1,6 @@
 //go:build cgo
 
-package gpu
+package nvmlgpu
 
 import (
 	"context"
@@ -16,6 +16,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh200"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
 )
 
 // telemetry is what one mock GPU reports, in NVML's own units.
@@ -173,7 +175,7 @@ func TestNVMLDevicesOnDGXH200(t *testing.T) {
 	seen := map[string]bool{}
 	for i, d := range devs {
 		md := srv.Devices[i].(*server.Device)
-		want := Device{Index: i, UUID: md.UUID, PCI: busIDOf(i), Name: "NVIDIA H200 141GB HBM3e",
+		want := gpu.Device{Index: i, UUID: md.UUID, PCI: busIDOf(i), Name: "NVIDIA H200 141GB HBM3e",
 			MemoryTotalMiB: 144384, NUMANode: i / 4}
 		if d != want {
 			t.Errorf("device %d = %+v, want %+v", i, d, want)
@@ -246,7 +248,7 @@ func TestNVMLInitFailureCallsNothingElse(t *testing.T) {
 			if src != nil {
 				t.Errorf("got a source %v with the error", src)
 			}
-			if !errors.Is(err, ErrUnavailable) {
+			if !errors.Is(err, gpu.ErrUnavailable) {
 				t.Errorf("error %v does not wrap ErrUnavailable", err)
 			}
 			if n := len(lib.InitCalls()); n != 1 {
@@ -265,7 +267,7 @@ func TestNVMLDegradesUnsupportedFields(t *testing.T) {
 		name    string
 		missing []string // symbols the library lacks
 		tm      func(telemetry) telemetry
-		check   func(t *testing.T, s Sample)
+		check   func(t *testing.T, s gpu.Sample)
 	}{
 		{
 			name: "no memory temperature field",
@@ -273,7 +275,7 @@ func TestNVMLDegradesUnsupportedFields(t *testing.T) {
 				tm.fail = map[string]nvml.Return{"FI_DEV_MEMORY_TEMP": nvml.ERROR_NOT_SUPPORTED}
 				return tm
 			},
-			check: func(t *testing.T, s Sample) {
+			check: func(t *testing.T, s gpu.Sample) {
 				if !math.IsNaN(s.MemTempC) {
 					t.Errorf("mem temp = %v, want NaN", s.MemTempC)
 				}
@@ -288,7 +290,7 @@ func TestNVMLDegradesUnsupportedFields(t *testing.T) {
 				tm.notSupported = map[string]bool{"FI_DEV_REMAPPED_COR": true, "FI_DEV_REMAPPED_UNC": true, "FI_DEV_REMAPPED_FAILURE": true}
 				return tm
 			},
-			check: func(t *testing.T, s Sample) {
+			check: func(t *testing.T, s gpu.Sample) {
 				for name, v := range map[string]float64{"corr": s.RemappedCorrectable, "unc": s.RemappedUncorrectable, "failure": s.RemapFailure} {
 					if !math.IsNaN(v) {
 						t.Errorf("%s = %v, want NaN", name, v)
@@ -307,7 +309,7 @@ func TestNVMLDegradesUnsupportedFields(t *testing.T) {
 				tm.fail = map[string]nvml.Return{"GetCurrentClocksEventReasons": nvml.ERROR_UNKNOWN}
 				return tm
 			},
-			check: func(t *testing.T, s Sample) {
+			check: func(t *testing.T, s gpu.Sample) {
 				if !s.HasClockEventReasons || s.ClockEventReasons != 0x4 {
 					t.Errorf("reasons = %#x (has %v), want 0x4 from the throttle-reasons call", s.ClockEventReasons, s.HasClockEventReasons)
 				}
@@ -316,7 +318,7 @@ func TestNVMLDegradesUnsupportedFields(t *testing.T) {
 		{
 			name:    "neither reasons call, no row remap symbol, no memory v2",
 			missing: []string{symClocksEventReasons, symClocksThrottleReasons, symRemappedRows, symMemoryInfoV2},
-			check: func(t *testing.T, s Sample) {
+			check: func(t *testing.T, s gpu.Sample) {
 				if s.HasClockEventReasons {
 					t.Error("clock event reasons reported without either symbol")
 				}
@@ -336,7 +338,7 @@ func TestNVMLDegradesUnsupportedFields(t *testing.T) {
 				tm.fail = map[string]nvml.Return{"FI_DEV_TOTAL_ENERGY_CONSUMPTION": nvml.ERROR_NO_PERMISSION, "GetPowerUsage": nvml.ERROR_NOT_SUPPORTED}
 				return tm
 			},
-			check: func(t *testing.T, s Sample) {
+			check: func(t *testing.T, s gpu.Sample) {
 				if !math.IsNaN(s.EnergyMJ) || !math.IsNaN(s.PowerW) {
 					t.Errorf("energy, power = %v, %v, want NaN", s.EnergyMJ, s.PowerW)
 				}
@@ -416,10 +418,10 @@ func TestNVMLSampleErrors(t *testing.T) {
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
 			}
-			if errors.Is(err, ErrGPULost) != tc.wantLost {
+			if errors.Is(err, gpu.ErrGPULost) != tc.wantLost {
 				t.Errorf("err = %v, want ErrGPULost %v", err, tc.wantLost)
 			}
-			if errors.Is(err, ErrNoDevice) != tc.wantNone {
+			if errors.Is(err, gpu.ErrNoDevice) != tc.wantNone {
 				t.Errorf("err = %v, want ErrNoDevice %v", err, tc.wantNone)
 			}
 			// The other GPUs are unaffected.
@@ -567,7 +569,7 @@ func TestNVMLCloseIsFinalAndOrdered(t *testing.T) {
 			defer wg.Done()
 			for range 50 {
 				_, err := src.Sample(ctx, g)
-				if err != nil && !errors.Is(err, ErrClosed) {
+				if err != nil && !errors.Is(err, gpu.ErrClosed) {
 					t.Errorf("gpu %d: %v", g, err)
 					return
 				}
@@ -584,10 +586,10 @@ func TestNVMLCloseIsFinalAndOrdered(t *testing.T) {
 	if n := len(srv.Interface.ShutdownCalls()); n != 1 {
 		t.Errorf("Shutdown called %d times, want 1", n)
 	}
-	if _, err := src.Sample(ctx, 0); !errors.Is(err, ErrClosed) {
+	if _, err := src.Sample(ctx, 0); !errors.Is(err, gpu.ErrClosed) {
 		t.Errorf("Sample after Close: %v, want ErrClosed", err)
 	}
-	if _, err := src.Devices(ctx); !errors.Is(err, ErrClosed) {
+	if _, err := src.Devices(ctx); !errors.Is(err, gpu.ErrClosed) {
 		t.Errorf("Devices after Close: %v, want ErrClosed", err)
 	}
 }
@@ -609,10 +611,10 @@ func TestOpenNVMLWithoutDriver(t *testing.T) {
 	t.Parallel()
 	// On a machine with the driver this opens the real GPUs; without it
 	// (CI, this development machine) it must fail cleanly, not crash.
-	src, err := OpenNVML()
+	src, err := Open()
 	if err != nil {
-		if !errors.Is(err, ErrUnavailable) {
-			t.Fatalf("OpenNVML: %v does not wrap ErrUnavailable", err)
+		if !errors.Is(err, gpu.ErrUnavailable) {
+			t.Fatalf("Open: %v does not wrap ErrUnavailable", err)
 		}
 		return
 	}
@@ -667,7 +669,7 @@ func TestNVMLFieldReportsLostGPU(t *testing.T) {
 		tm.fail = map[string]nvml.Return{"FI_DEV_PCIE_REPLAY_COUNTER": nvml.ERROR_GPU_IS_LOST}
 		return tm
 	}))
-	if _, err := src.Sample(context.Background(), 0); !errors.Is(err, ErrGPULost) {
+	if _, err := src.Sample(context.Background(), 0); !errors.Is(err, gpu.ErrGPULost) {
 		t.Errorf("err = %v, want ErrGPULost", err)
 	}
 }

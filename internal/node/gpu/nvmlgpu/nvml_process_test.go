@@ -1,6 +1,6 @@
 //go:build cgo
 
-package gpu
+package nvmlgpu
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+
+	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
 )
 
 func TestNVMLProcesses(t *testing.T) {
@@ -33,15 +35,15 @@ func TestNVMLProcesses(t *testing.T) {
 	cases := []struct {
 		name  string
 		index int
-		want  []Process
+		want  []gpu.Process
 		err   error
 		fails bool
 	}{
-		{name: "two ranks, one without a memory figure", index: 0, want: []Process{{PID: 4242, UsedMiB: 2048}, {PID: 4243, UsedMiB: math.NaN()}}},
-		{name: "idle gpu", index: 1, want: []Process{}},
-		{name: "lost gpu", index: 2, err: ErrGPULost, fails: true},
+		{name: "two ranks, one without a memory figure", index: 0, want: []gpu.Process{{PID: 4242, UsedMiB: 2048}, {PID: 4243, UsedMiB: math.NaN()}}},
+		{name: "idle gpu", index: 1, want: []gpu.Process{}},
+		{name: "lost gpu", index: 2, err: gpu.ErrGPULost, fails: true},
 		{name: "driver error", index: 3, fails: true},
-		{name: "no such gpu", index: 99, err: ErrNoDevice, fails: true},
+		{name: "no such gpu", index: 99, err: gpu.ErrNoDevice, fails: true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -63,9 +65,9 @@ func TestNVMLProcesses(t *testing.T) {
 			}
 		})
 	}
-	var _ ProcessLister = src
+	var _ gpu.ProcessLister = src
 	_ = src.Close()
-	if _, err := src.Processes(ctx, 0); !errors.Is(err, ErrClosed) {
+	if _, err := src.Processes(ctx, 0); !errors.Is(err, gpu.ErrClosed) {
 		t.Errorf("after Close: %v, want ErrClosed", err)
 	}
 }

@@ -1,6 +1,6 @@
 //go:build cgo
 
-package gpu
+package nvmlgpu
 
 import (
 	"context"
@@ -14,8 +14,9 @@ import (
 
 // openRealNVML opens the machine's NVML or skips: these benchmarks measure
 // the driver, so there is nothing to measure without one. Build them for a
-// GPU machine with `go test -c -o bin/gpu.test ./internal/node/gpu` and run
-// `bin/gpu.test -test.run '^$' -test.bench NVML -test.benchtime 200x`.
+// GPU machine with `go test -c -o bin/gpu.test ./internal/node/gpu/nvmlgpu`
+// and run `bin/gpu.test -test.run '^$' -test.bench NVML -test.benchtime
+// 200x`.
 func openRealNVML(b *testing.B) *nvmlSource {
 	b.Helper()
 	s, err := newNVML(nvml.New(), nil)

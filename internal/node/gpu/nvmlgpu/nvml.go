@@ -1,6 +1,6 @@
 //go:build cgo
 
-package gpu
+package nvmlgpu
 
 import (
 	"context"
@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
 )
 
 // mib is one mebibyte: NVML counts memory in bytes, dcgm-exporter in MiB.
@@ -30,7 +32,7 @@ const (
 	symNumaNodeID            = "nvmlDeviceGetNumaNodeId"
 )
 
-// nvmlSource is the Source over NVML. devs and has are fixed at open;
+// nvmlSource is the gpu.Source over NVML. devs and has are fixed at open;
 // mu orders Close after every call in flight, because calling NVML after
 // nvmlShutdown is undefined behaviour in the C library.
 type nvmlSource struct {
@@ -66,7 +68,7 @@ type energyReading struct {
 }
 
 type nvmlDevice struct {
-	info Device
+	info gpu.Device
 	h    nvml.Device
 }
 
@@ -75,17 +77,17 @@ type nvmlSymbols struct {
 	eventReasons, throttleReasons, memoryV2, remappedRows, numaNode bool
 }
 
-// OpenNVML loads libnvidia-ml.so.1, initialises NVML and lists the GPUs.
-// It fails with an error wrapping ErrUnavailable when the library is
+// Open loads libnvidia-ml.so.1, initialises NVML and lists the GPUs.
+// It fails with an error wrapping gpu.ErrUnavailable when the library is
 // absent or does not initialise (no driver, no GPU, a container without
 // the NVIDIA runtime); nothing else is called in that case, since any
 // NVML call after a failed nvmlInit can crash the process.
-func OpenNVML() (Source, error) { return NewNVML(nvml.New()) }
+func Open() (gpu.Source, error) { return New(nvml.New()) }
 
-// NewNVML opens a Source over lib, which is go-nvml's library (nvml.New())
-// or one of its mocks (pkg/nvml/mock/dgxh200). The same rules as OpenNVML
+// New opens a gpu.Source over lib, which is go-nvml's library (nvml.New())
+// or one of its mocks (pkg/nvml/mock/dgxh200). The same rules as Open
 // hold: nothing but Init is called unless Init succeeds.
-func NewNVML(lib nvml.Interface) (Source, error) {
+func New(lib nvml.Interface) (gpu.Source, error) {
 	s, err := newNVML(lib, os.ReadFile)
 	if err != nil {
 		return nil, err
@@ -98,7 +100,7 @@ func NewNVML(lib nvml.Interface) (Source, error) {
 func newNVML(lib nvml.Interface, readFile func(string) ([]byte, error)) (*nvmlSource, error) {
 	if ret := lib.Init(); ret != nvml.SUCCESS {
 		// Deliberately nothing else: not even Shutdown.
-		return nil, fmt.Errorf("%w: initialise NVML: %v", ErrUnavailable, ret)
+		return nil, fmt.Errorf("%w: initialise NVML: %v", gpu.ErrUnavailable, ret)
 	}
 	s := &nvmlSource{lib: lib, now: time.Now}
 	ext := lib.Extensions()
@@ -130,7 +132,7 @@ func (s *nvmlSource) enumerate(readFile func(string) ([]byte, error)) ([]nvmlDev
 		if ret != nvml.SUCCESS {
 			return nil, fmt.Errorf("list gpus: gpu %d: get handle: %v", i, ret)
 		}
-		d := Device{Index: i, NUMANode: -1}
+		d := gpu.Device{Index: i, NUMANode: -1}
 		if d.UUID, ret = h.GetUUID(); ret != nvml.SUCCESS {
 			return nil, fmt.Errorf("list gpus: gpu %d: read uuid: %v", i, ret)
 		}
@@ -214,16 +216,16 @@ func toMiB(total, used, free uint64) (float64, float64, float64, bool) {
 }
 
 // Devices lists the GPUs found at open.
-func (s *nvmlSource) Devices(ctx context.Context) ([]Device, error) {
+func (s *nvmlSource) Devices(ctx context.Context) ([]gpu.Device, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil, gpu.ErrClosed
 	}
-	out := make([]Device, len(s.devs))
+	out := make([]gpu.Device, len(s.devs))
 	for i, d := range s.devs {
 		out[i] = d.info
 	}
@@ -231,20 +233,20 @@ func (s *nvmlSource) Devices(ctx context.Context) ([]Device, error) {
 }
 
 // Sample reads every field of one GPU.
-func (s *nvmlSource) Sample(ctx context.Context, index int) (Sample, error) {
+func (s *nvmlSource) Sample(ctx context.Context, index int) (gpu.Sample, error) {
 	if err := ctx.Err(); err != nil {
-		return Sample{}, err
+		return gpu.Sample{}, err
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.closed {
-		return Sample{}, ErrClosed
+		return gpu.Sample{}, gpu.ErrClosed
 	}
 	if index < 0 || index >= len(s.devs) {
-		return Sample{}, fmt.Errorf("sample gpu %d: %w", index, ErrNoDevice)
+		return gpu.Sample{}, fmt.Errorf("sample gpu %d: %w", index, gpu.ErrNoDevice)
 	}
 	r := reader{h: s.devs[index].h}
-	smp := BlankSample(time.Now())
+	smp := gpu.BlankSample(time.Now())
 	h := r.h
 
 	if v, ret := h.GetClockInfo(nvml.CLOCK_SM); r.ok(ret) {
@@ -278,11 +280,11 @@ func (s *nvmlSource) Sample(ctx context.Context, index int) (Sample, error) {
 		}
 	}
 	if r.lost {
-		return Sample{}, fmt.Errorf("sample gpu %d: %w", index, ErrGPULost)
+		return gpu.Sample{}, fmt.Errorf("sample gpu %d: %w", index, gpu.ErrGPULost)
 	}
 	if !r.any && r.err != nil {
 		// Nothing at all answered: not a missing feature but a failure.
-		return Sample{}, fmt.Errorf("sample gpu %d: %w", index, r.err)
+		return gpu.Sample{}, fmt.Errorf("sample gpu %d: %w", index, r.err)
 	}
 	return smp, nil
 }
@@ -292,7 +294,7 @@ func (s *nvmlSource) Sample(ctx context.Context, index int) (Sample, error) {
 // is an ioctl into the driver. (HBM temperature has no call of its own
 // anyway.) The energy counter is among them only every EnergyInterval. A
 // field the GPU does not report stays NaN.
-func (s *nvmlSource) readFields(index int, r *reader, smp *Sample) {
+func (s *nvmlSource) readFields(index int, r *reader, smp *gpu.Sample) {
 	now := s.now()
 	s.energyMu.Lock()
 	last := s.energy[index]
