@@ -109,19 +109,21 @@ func (in *Injector) injectAffinity(ctx context.Context, st state, topo numa.Topo
 // restoreAffinity gives every recorded thread that still runs its own
 // mask back. Threads born during the fault inherited the remote mask and
 // are not in the state file; they get the mask the rank's main thread had.
-// A rank that has ended is reported with the proof instead: a mask lives
-// and dies with its thread.
+// One of them may start a thread of its own before it is restored, which
+// inherits the remote mask too, so the rank's threads are listed again
+// until no new one turns up, as injectAffinity does. A rank that has
+// ended is reported with the proof instead: a mask lives and dies with its
+// thread.
 func (in *Injector) restoreAffinity(st state) (proof string, err error) {
 	proof, gone, err := st.Target.Gone()
 	if err != nil || gone {
 		return proof, err
 	}
 	pid := st.Target.PID
-	recorded := map[int]bool{}
+	done := map[int]bool{}
 	var mainMask *unix.CPUSet
 	var errs []error
 	for _, th := range st.Threads {
-		recorded[th.TID] = true
 		cpus, err := numa.ParseCPUList(th.CPUs)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("thread %d: %w", th.TID, err))
@@ -138,22 +140,28 @@ func (in *Injector) restoreAffinity(st state) (proof string, err error) {
 		if !threadAlive(pid, th) {
 			continue
 		}
+		done[th.TID] = true
 		if err := unix.SchedSetaffinity(th.TID, &set); err != nil && !errors.Is(err, unix.ESRCH) {
 			errs = append(errs, fmt.Errorf("restore cpu affinity of thread %d: %w", th.TID, err))
 		}
 	}
-	if mainMask != nil {
+	for pass := 0; mainMask != nil && pass < affinityPasses; pass++ {
 		tids, err := numa.Threads(pid)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
+		fresh := 0
 		for _, tid := range tids {
-			if recorded[tid] {
+			if done[tid] {
 				continue
 			}
+			done[tid], fresh = true, fresh+1
 			if err := unix.SchedSetaffinity(tid, mainMask); err != nil && !errors.Is(err, unix.ESRCH) {
 				errs = append(errs, fmt.Errorf("restore cpu affinity of new thread %d: %w", tid, err))
 			}
+		}
+		if fresh == 0 {
+			break
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

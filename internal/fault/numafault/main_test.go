@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"syscall"
 	"testing"
 	"time"
@@ -50,7 +51,7 @@ func TestMain(m *testing.M) {
 	case "crash-injector":
 		os.Exit(crashInjectorRole())
 	case "sleeper":
-		time.Sleep(time.Minute)
+		sleeperRole()
 		os.Exit(0)
 	}
 	goleak.VerifyTestMain(m)
@@ -118,4 +119,31 @@ func crashInjectorRole() int {
 	}
 	testutil.Injected()
 	return 0
+}
+
+// sleeperRole is a rank that sleeps for a minute and, on its first
+// SIGUSR1, starts a thread. A goroutine locked to its thread and parked
+// keeps that thread to itself, so it locks and parks goroutines until the
+// runtime has had to start one more thread than it had. Later signals are
+// ignored, so a test may repeat the signal until it sees the thread.
+func sleeperRole() {
+	grow := make(chan os.Signal, 1)
+	signal.Notify(grow, syscall.SIGUSR1)
+	threads := func() int { tasks, _ := os.ReadDir("/proc/self/task"); return len(tasks) }
+	select {
+	case <-grow:
+		signal.Ignore(syscall.SIGUSR1)
+		for had := threads(); threads() <= had; {
+			locked := make(chan struct{})
+			go func() {
+				runtime.LockOSThread()
+				close(locked)
+				select {}
+			}()
+			<-locked
+		}
+	case <-time.After(time.Minute):
+		return
+	}
+	time.Sleep(time.Minute)
 }
