@@ -300,17 +300,19 @@ func kernelQuota(t testing.TB, c *cgroup.Confinement) float64 {
 	return q / p
 }
 
-// TestStragglerSlowsTheRank checks what the kernel was asked to do and a
-// generous bound on what it did. Asked: the rank's group holds a CFS
-// quota of the CPUs the rank used (as the injector measured them) over
-// the slowdown, read back from the kernel's files. Done: the throttled
-// rank uses no more CPU than the quota (CFS enforces it whatever else
-// runs) and steps slower by more than a fifth of the slowdown asked
-// (over 1.2 for 2, 1.6 for 4). How close it comes to the slowdown moves
-// with the machine's other load, which takes CPU from the unthrottled
-// rank too; BenchmarkStragglerSlowdown reports that figure. It runs alone
-// (not parallel) so that this package's other ranks do not compete for
-// the CPUs.
+// TestStragglerSlowsTheRank checks what the kernel was asked to do and
+// what CFS enforces whatever else runs. Asked: while injected, the rank's
+// group holds a CFS quota of the CPUs the rank used (as the injector
+// measured them) over the slowdown, read back from the kernel's files;
+// after Recover, every thread of the rank is back in its own group, ours
+// is gone, and the rank steps again. Enforced: the throttled rank uses no
+// more CPU than the quota. How much slower it steps is not asserted: the
+// machine's other load takes CPU from the unthrottled rank too, so the
+// ratio moves with it (BenchmarkStragglerSlowdown reports it). That
+// recovery lifts the quota before moving the threads, so that a throttled
+// rank does not stand still on an idle CPU, is checked in internal/cgroup.
+// It runs alone (not parallel) so that its rank, which burns a CPU, does
+// not compete with this package's other ranks.
 func TestStragglerSlowsTheRank(t *testing.T) {
 	if _, err := cgroup.Find("cpu"); err != nil {
 		t.Skipf("no cpu cgroup controller: %v", err)
@@ -318,14 +320,17 @@ func TestStragglerSlowsTheRank(t *testing.T) {
 	for _, slowdown := range []float64{2, 4} {
 		t.Run(fmt.Sprint(slowdown), func(t *testing.T) {
 			job := jobName(t)
+			// The key names our cgroup: one of this process alone keeps
+			// this package's tests, run at once from other checkouts on
+			// the machine, out of each other's groups.
+			key := job
 			r := startRank(t, job, 0, false)
 			in := newInjector(t, idStraggler, "")
-			before := r.measure(t, 5, 200*time.Millisecond)
 			v := faulttest.Values(t, idStraggler, map[string]string{"slowdown": fmt.Sprint(slowdown), "window": "500ms"})
-			if err := in.Inject(context.Background(), "k", ref(job, 0), v); err != nil {
+			if err := in.Inject(context.Background(), key, ref(job, 0), v); err != nil {
 				t.Fatal(err)
 			}
-			st := record(t, in, "k")
+			st := record(t, in, key)
 			if !confined(t, r.proc) {
 				t.Fatal("rank not confined after Inject")
 			}
@@ -335,23 +340,30 @@ func TestStragglerSlowsTheRank(t *testing.T) {
 				t.Errorf("the kernel holds a quota of %.4f CPUs, want %.4f: %.3f measured over a slowdown of %v", got, quota, st.CPUs, slowdown)
 			}
 			during := r.measure(t, 5, 200*time.Millisecond)
-			if err := in.Recover(context.Background(), "k"); err != nil {
-				t.Fatal(err)
-			}
-			if confined(t, r.proc) {
-				t.Fatal("rank still confined after recovery")
-			}
-			after := r.measure(t, 5, 200*time.Millisecond)
-			ratio := (before.rate + after.rate) / 2 / during.rate
-			t.Logf("slowdown %v: %.0f steps/s on %.2f CPUs before, %.0f on %.3f throttled (quota %.3f), %.0f on %.2f after: slowed %.2f times",
-				slowdown, before.rate, before.cpus, during.rate, during.cpus, quota, after.rate, after.cpus, ratio)
+			t.Logf("slowdown %v: %.3f CPUs measured by the injector, quota %.3f; throttled, %.0f steps/s on %.3f CPUs",
+				slowdown, st.CPUs, quota, during.rate, during.cpus)
 			// One clock tick of slack per window on top of 10 %.
 			if during.cpus > 1.1*quota+0.05 {
 				t.Errorf("throttled rank used %.3f CPUs, over its quota of %.3f", during.cpus, quota)
 			}
-			if floor := 1 + (slowdown-1)/5; !(ratio > floor) {
-				t.Errorf("the rank slowed %.2f times, want more than %.1f (asked %v)", ratio, floor, slowdown)
+			tids, err := procfind.Threads(r.proc.PID)
+			if err != nil {
+				t.Fatal(err)
 			}
+			if err := in.Recover(context.Background(), key); err != nil {
+				t.Fatal(err)
+			}
+			c := st.Confinement
+			if c.Exists() {
+				t.Errorf("our group %s remains after recovery", c.Dir)
+			}
+			for _, tid := range tids {
+				if g, err := cgroup.GroupOf(c.Hierarchy, r.proc.PID, tid); err == nil && g != c.Home {
+					t.Errorf("thread %d in %s after recovery, want %s", tid, g, c.Home)
+				}
+			}
+			steps := r.count(t)
+			testutil.Eventually(t, 10*time.Second, "the rank to step after recovery", func() bool { return r.count(t) > steps })
 		})
 	}
 }
@@ -371,7 +383,7 @@ func BenchmarkStragglerSlowdown(b *testing.B) {
 			in := newInjector(b, idStraggler, "")
 			before := r.measure(b, 5, 200*time.Millisecond)
 			v := faulttest.Values(b, idStraggler, map[string]string{"slowdown": fmt.Sprint(slowdown), "window": "500ms"})
-			if err := in.Inject(context.Background(), "k", ref(job, 0), v); err != nil {
+			if err := in.Inject(context.Background(), job, ref(job, 0), v); err != nil {
 				b.Fatal(err)
 			}
 			var rates []float64
@@ -379,7 +391,7 @@ func BenchmarkStragglerSlowdown(b *testing.B) {
 				rates = append(rates, r.rate(b, 200*time.Millisecond))
 			}
 			b.StopTimer()
-			if err := in.Recover(context.Background(), "k"); err != nil {
+			if err := in.Recover(context.Background(), job); err != nil {
 				b.Fatal(err)
 			}
 			after := r.measure(b, 5, 200*time.Millisecond)

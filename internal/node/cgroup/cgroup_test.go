@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -196,10 +198,11 @@ func TestValidateRefusesForeignRecords(t *testing.T) {
 	}
 }
 
-// TestConfineRealProcess runs Plan, Apply and Release against the real cpu
-// hierarchy of this machine.
-func TestConfineRealProcess(t *testing.T) {
-	t.Parallel()
+// confineThreads starts this test binary in its threads role and plans
+// its confinement, under a name of this test alone, in the real cpu
+// hierarchy with a quota of half a CPU, released at cleanup.
+func confineThreads(t *testing.T) (h Hierarchy, p procfind.Proc, c *Confinement, files []File) {
+	t.Helper()
 	h, err := Find("cpu")
 	if err != nil {
 		t.Skipf("no cpu cgroup controller here: %v", err)
@@ -209,22 +212,31 @@ func TestConfineRealProcess(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	p, err := procfind.Identify(cmd.Process.Pid)
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	p, err = procfind.Identify(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond) // let its threads start
-	files := []File{{"cpu.cfs_period_us", "100000"}, {"cpu.cfs_quota_us", "50000"}}
+	files = []File{{"cpu.cfs_period_us", "100000"}, {"cpu.cfs_quota_us", "50000"}}
 	if h.Version == V2 {
 		files = []File{{"cpu.max", "50000 100000"}}
 	}
-	name := fmt.Sprintf("%stest-%d", NamePrefix, os.Getpid())
-	c, err := Plan(h, p, name, files)
+	name := fmt.Sprintf("%s%s-%d", NamePrefix, t.Name(), os.Getpid())
+	c, err = Plan(h, p, name, files)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Release() })
+	return h, p, c, files
+}
+
+// TestConfineRealProcess runs Plan, Apply and Release against the real cpu
+// hierarchy of this machine.
+func TestConfineRealProcess(t *testing.T) {
+	t.Parallel()
+	h, p, c, files := confineThreads(t)
+	name := path.Base(c.Dir)
 	if err := c.Apply(); err != nil {
 		t.Fatal(err)
 	}
@@ -263,6 +275,42 @@ func TestConfineRealProcess(t *testing.T) {
 		if g, err := GroupOf(h, p.PID, tid); err != nil || g != c.Home {
 			t.Errorf("thread %d in %q (%v) after Release, want %q", tid, g, err, c.Home)
 		}
+	}
+}
+
+// TestReleaseLiftsTheQuotaFirst checks the order of Release: the quota
+// goes before the threads move, since the kernel does not wake an idle CPU
+// for a throttled thread moved to an unthrottled group, while lifting the
+// quota unthrottles through the path that does. A Release whose moves
+// fail (the threads' home is gone here) shows it: the threads are still
+// in our group, and the kernel already holds no quota for it.
+func TestReleaseLiftsTheQuotaFirst(t *testing.T) {
+	t.Parallel()
+	h, p, c, _ := confineThreads(t)
+	if err := c.Apply(); err != nil {
+		t.Fatal(err)
+	}
+	homeless := *c
+	homeless.Home = path.Join(c.Home, NamePrefix+"gone-"+strconv.Itoa(os.Getpid()))
+	homeless.Moves = nil
+	if err := homeless.Release(); err == nil {
+		t.Fatal("Release moved the threads to a group that does not exist")
+	}
+	quota, lifted := "cpu.cfs_quota_us", "-1"
+	if h.Version == V2 {
+		quota, lifted = "cpu.max", "max 100000"
+	}
+	if b, err := os.ReadFile(filepath.Join(h.Mount, c.Dir, quota)); err != nil || strings.TrimSpace(string(b)) != lifted {
+		t.Errorf("%s of our group = %q, %v after a Release that moved nothing; want %q", quota, b, err, lifted)
+	}
+	if g, err := GroupOf(h, p.PID, p.PID); err != nil || g != c.Dir {
+		t.Fatalf("process in %q (%v), want still in %q", g, err, c.Dir)
+	}
+	if err := c.Release(); err != nil {
+		t.Fatal(err)
+	}
+	if g, err := GroupOf(h, p.PID, p.PID); err != nil || g != c.Home {
+		t.Errorf("process in %q (%v) after Release, want %q", g, err, c.Home)
 	}
 }
 

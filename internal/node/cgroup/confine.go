@@ -235,14 +235,18 @@ func (c *Confinement) Apply() error {
 	return nil
 }
 
-// Release moves every member of our group back where it came from (the
-// recorded group of that thread, else Home) and removes our group. It
-// succeeds when the group is already gone and is safe to repeat.
+// Release lifts our group's CPU quota, then moves every member of our
+// group back where it came from (the recorded group of that thread, else
+// Home) and removes our group. It succeeds when the group is already gone
+// and is safe to repeat.
 func (c *Confinement) Release() error {
 	if err := c.Validate(); err != nil {
 		return fmt.Errorf("release: %w", err)
 	}
 	dir := c.abs(c.Dir)
+	if err := c.lift(); err != nil {
+		return fmt.Errorf("release %s: %w", dir, err)
+	}
 	from := map[int]string{}
 	for _, m := range c.Moves {
 		from[m.ID] = m.From
@@ -280,6 +284,43 @@ func (c *Confinement) Release() error {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return fmt.Errorf("release: remove %s: %w", dir, lastErr)
+}
+
+// unlimited holds, for each limit file whose limit can leave a thread
+// queued but unable to run, the value that lifts the limit.
+//
+// A thread that used up its group's CFS quota stays queued on its CPU
+// until the next period refills the quota, and that CPU, having nothing
+// else to run, goes idle. Moving the thread to another group re-queues it
+// there but does not ask the CPU to reschedule (the kernel does that only
+// for the thread running at the time of the move), so an idle CPU goes on
+// sleeping with the thread runnable on it until some interrupt wakes it:
+// on a quiet machine the rank stood still for over half a second after
+// recovery. Lifting the quota first unthrottles through the kernel's own
+// path, which wakes an idle CPU that has work again; only then do the
+// threads move.
+var unlimited = map[string]string{
+	"cpu.cfs_quota_us": "-1",  // v1
+	"cpu.max":          "max", // v2: the period stays
+}
+
+// lift writes the unlimited value of each of our limit files that has
+// one. A group already gone has nothing to lift.
+func (c *Confinement) lift() error {
+	for _, f := range c.Files {
+		v, ok := unlimited[f.Name]
+		if !ok {
+			continue
+		}
+		err := WriteFile(filepath.Join(c.abs(c.Dir), f.Name), v)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("lift the limit: %w", err)
+		}
+	}
+	return nil
 }
 
 // Exists reports whether our group exists.

@@ -5,9 +5,11 @@
 // A Confinement is planned first (where the process's threads live now,
 // where ours will be, which limit files to write), recorded by the caller,
 // then applied: create our group, write the limits, move the threads in.
-// Release moves every thread found in our group back to where it came
-// from and removes the group, so it also undoes a half-applied plan and
-// threads born inside our group while it held them.
+// Release lifts our group's CPU quota, moves every thread found in our
+// group back to where it came from and removes the group, so it also
+// undoes a half-applied plan and threads born inside our group while it
+// held them. The quota goes first because a thread moved out while
+// throttled is not woken on an idle CPU (see unlimited).
 //
 // Where our group goes differs by version. On v1 it is a child of the
 // process's own group for the controller, which keeps every limit above
