@@ -5,10 +5,9 @@
 // and a Kubernetes client but not the engine, PromQL or the twin.
 //
 // The node agent's resident memory is mostly the binary's own pages, so
-// it follows the code the binary links, not the work it does: the agent
-// alone is a third of gpuchaos's size and under half its memory
-// (scripts/agent-cost measures both). cmd/gpuchaos-agent's test holds
-// what that binary may link.
+// it follows the code the binary links, not the work it does
+// (scripts/agent-cost -m measures both binaries). cmd/gpuchaos-agent's
+// test holds what that binary may link.
 package agentcmd
 
 import (
