@@ -1,14 +1,16 @@
 # gpuchaos — make help lists the targets.
 GO ?= go
 BIN := bin/gpuchaos
+AGENT_BIN := bin/gpuchaos-agent
 FUZZTIME ?= 10s
 
 .PHONY: help build image demo test lint fuzz generate bench
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-build: ## build bin/gpuchaos
+build: ## build bin/gpuchaos and bin/gpuchaos-agent (the node agent's lean binary)
 	$(GO) build -o $(BIN) ./cmd/gpuchaos
+	$(GO) build -o $(AGENT_BIN) ./cmd/gpuchaos-agent
 
 image: ## build the chart's container image into bin/ (scripts/build-image)
 	scripts/build-image

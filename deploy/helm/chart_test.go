@@ -31,6 +31,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/harness/kubetest"
 	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/image"
 )
 
 // HelmVersion is the helm scripts/setup-helm builds; a test holds the two
@@ -253,8 +254,11 @@ func TestAgentDaemonSet(t *testing.T) {
 			} `json:"spec"`
 		}](t, ds).Spec.Template.Spec
 		c := pod.Containers[0]
-		if !slices.Contains(c.Args, "--node-name=$(NODE_NAME)") || c.Args[0] != "agent" {
-			t.Errorf("args %v, want agent --node-name=$(NODE_NAME)", c.Args)
+		if !slices.Equal(c.Command, []string{image.AgentBinaryPath}) {
+			t.Errorf("command %v, want [%s], the agent's lean binary", c.Command, image.AgentBinaryPath)
+		}
+		if !slices.Contains(c.Args, "--node-name=$(NODE_NAME)") || !slices.Contains(c.Args, "--gpuchaos-binary="+image.BinaryPath) {
+			t.Errorf("args %v, want --node-name=$(NODE_NAME) and the faults' children from --gpuchaos-binary=%s", c.Args, image.BinaryPath)
 		}
 		var nodeName *corev1.EnvVar
 		for i := range c.Env {

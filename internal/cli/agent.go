@@ -2,359 +2,40 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"net"
-	"net/http"
-	"os"
-	"runtime/debug"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"github.com/gpuchaos/gpuchaos/internal/fault/nodeall"
-	"github.com/gpuchaos/gpuchaos/internal/kube/nodeagent"
-	"github.com/gpuchaos/gpuchaos/internal/node/exporter"
+	"github.com/gpuchaos/gpuchaos/internal/cli/agentcmd"
 	"github.com/gpuchaos/gpuchaos/internal/node/gpu"
-	"github.com/gpuchaos/gpuchaos/internal/node/gpu/nvmlgpu"
-	"github.com/gpuchaos/gpuchaos/internal/node/kmsg"
-	"github.com/gpuchaos/gpuchaos/internal/node/xidwatch"
 	"github.com/gpuchaos/gpuchaos/internal/twin"
 	"github.com/gpuchaos/gpuchaos/internal/twin/live"
 	"github.com/gpuchaos/gpuchaos/internal/twin/twingpu"
 )
 
-// agentFlags are the flags of 'agent'.
-type agentFlags struct {
-	listen   string
-	interval time.Duration
-	numa     time.Duration
-	hostname string
-	twin     bool
-	twinGPUs int
-	seed     uint64
-	verbose  bool
-	noXID    bool
-	kmsgPath string
-	// NodeFault mode (with --node-name).
-	nodeName   string
-	kubeconfig string
-	ledger     string
-	resync     time.Duration
-	cgroupRoot string
-}
-
-// DefaultAgentLedger is where the agent journals the NodeFaults it
-// applies: on the host (the DaemonSet mounts /var/lib/gpuchaos), so a
-// restarted agent pod finds what its predecessor left.
-const DefaultAgentLedger = "/var/lib/gpuchaos/agent/ledger.jsonl"
-
+// newAgentCmd is 'agent', the node agent's command (internal/cli/agentcmd,
+// which gpuchaos-agent builds too), with --twin: this binary links the
+// twin, gpuchaos-agent does not.
 func newAgentCmd() *cobra.Command {
-	var fl agentFlags
-	cmd := &cobra.Command{
-		Use:   "agent",
-		Short: "Serve this node's GPU telemetry as dcgm-exporter does, plus gpuchaos's own series",
-		Long: `Sample this node's GPUs through NVML every --interval and serve the newest
-reading at /metrics in the Prometheus text format, under dcgm-exporter's
-metric names (DCGM_FI_DEV_GPU_TEMP, DCGM_FI_DEV_POWER_USAGE, ...), labels
-(gpu, UUID, pci_bus_id, device, modelName, Hostname) and units, so the
-alert rules you wrote for dcgm-exporter read it unchanged. gpuchaos_*
-series beside them carry active faults, injections, XID events by code and
-burn results.
-
-It listens on port 9400 on every interface, as dcgm-exporter does, so a
-Prometheus elsewhere can scrape it; pass --listen 127.0.0.1:9400 to keep it
-on the node. It samples every second (dcgm-exporter: every 30 s) so an
-injected fault shows within a probe's deadline; scripts/agent-cost
-measures what that costs.
-
-It also follows the kernel log (/dev/kmsg; needs root or CAP_SYSLOG) for
-the driver's NVRM Xid lines and exports each as DCGM_FI_DEV_XID_ERRORS
-(the GPU's newest code, as DCGM reports it) and gpuchaos_xid_events_total
-by GPU and code, the GPU found by the line's PCI bus id. Without access to
-the kernel log it warns once and serves metrics without XIDs;
---no-xid-watch turns the watch off.
-
-With --node-name (default: $NODE_NAME, which the DaemonSet sets from the
-pod's spec.nodeName) it also applies the NodeFaults of that node that the
-gpuchaos controller creates: it watches those labelled gpuchaos.dev/node=
-NAME, injects each through this node's own mechanisms (kernel log,
-network namespaces, cgroups, child processes), journalling it in --ledger
-first, and reports Applied, Recovered or Failed in the NodeFault's status.
-Faults through the API server (pod-delete, node-cordon, node-taint,
-daemonset-pod-delete) are the controller's and are left alone. Each fault
-is recovered when its action becomes Recover, when it is deleted, and at
-its expiresAt on the agent's own timer, even while the API server is
-unreachable; the status catches up when it returns. It reports this
-node's GPUs on its Node as the gpuchaos.dev/gpus annotation (an empty
-list without NVML). Without NVML it still applies NodeFaults, serving no
-metrics. --kubeconfig names a kubeconfig; empty means the pod's
-in-cluster service account.
-
-On SIGTERM or Ctrl-C it stops without recovering: faults in effect stay
-in effect and in the ledger, and the next agent on the node recovers each
-when it expires, is set to Recover or is deleted (a rolling update of the
-DaemonSet does not cut experiments short). 'gpuchaos recover --ledger'
-recovers them at once by hand.
-
-NVLink bandwidth and DCGM's profiling fields (DCGM_FI_PROF_*) need DCGM's
-host engine and are not exported. A GPU that stops answering disappears
-from the page. --twin serves a simulated node instead of NVML, for a
-machine without a GPU. /healthz answers 200 while sampling runs. Stop with
-Ctrl-C.`,
-		Example: `  gpuchaos agent
-  gpuchaos agent --listen 127.0.0.1:9400 --interval 1s
-  gpuchaos agent --twin --twin-gpus 2
-  gpuchaos agent --node-name gpu-node-0 --kubeconfig ~/.kube/config`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return fl.run(cmd) },
-	}
-	f := cmd.Flags()
-	f.StringVar(&fl.listen, "listen", ":9400", "address to serve on (dcgm-exporter's port, all interfaces like it)")
-	f.DurationVar(&fl.interval, "interval", exporter.DefaultInterval, "how often to sample the GPUs")
-	f.DurationVar(&fl.numa, "numa-interval", exporter.DefaultNUMAInterval, "how often to judge the NUMA alignment of every GPU process (gpuchaos_numa_*; 0: off)")
-	f.StringVar(&fl.hostname, "hostname", "", "Hostname label (default: this machine's host name)")
-	f.BoolVar(&fl.twin, "twin", false, "read a simulated node of the digital twin instead of NVML")
-	f.IntVar(&fl.twinGPUs, "twin-gpus", 2, "GPUs of the simulated node (with --twin)")
-	f.Uint64Var(&fl.seed, "seed", 1, "seed of the twin (with --twin)")
-	f.BoolVarP(&fl.verbose, "verbose", "v", false, "log state changes to stderr (the same as --log-level info)")
-	f.BoolVar(&fl.noXID, "no-xid-watch", false, "do not follow the kernel log for XID errors")
-	f.StringVar(&fl.kmsgPath, "kmsg", kmsg.DefaultPath, "kernel log device to follow for XID errors")
-	f.StringVar(&fl.nodeName, "node-name", os.Getenv("NODE_NAME"), "apply the NodeFaults of this Kubernetes node (default $NODE_NAME; empty: serve metrics only)")
-	f.StringVar(&fl.kubeconfig, "kubeconfig", "", "kubeconfig of the cluster (with --node-name; empty: in-cluster service account)")
-	f.StringVar(&fl.ledger, "ledger", DefaultAgentLedger, "journal of the NodeFaults applied on this node (with --node-name)")
-	f.DurationVar(&fl.resync, "resync", 30*time.Second, "how often to list this node's NodeFaults besides watching them (with --node-name)")
-	f.StringVar(&fl.cgroupRoot, "cgroup-root", "", "where the node's cgroup hierarchies are mounted, to find a pod's processes by its uid (with --node-name; empty: /sys/fs/cgroup)")
-	return cmd
+	return agentcmd.New(agentcmd.Options{Twin: startAgentTwin})
 }
 
-func (fl agentFlags) run(cmd *cobra.Command) error {
-	switch {
-	case fl.interval < 10*time.Millisecond:
-		return fmt.Errorf("--interval: must be at least 10ms, got %s", fl.interval)
-	case fl.twin && (fl.twinGPUs < 1 || fl.twinGPUs > 64):
-		return fmt.Errorf("--twin-gpus: must be 1..64, got %d", fl.twinGPUs)
-	case fl.nodeName != "" && fl.resync < 100*time.Millisecond:
-		return fmt.Errorf("--resync: must be at least 100ms, got %s", fl.resync)
-	case fl.nodeName != "" && fl.ledger == "":
-		return fmt.Errorf("--ledger: the node agent journals every NodeFault it applies; name a ledger")
+// startAgentTwin is agent --twin: one node of the twin in real time, its
+// GPUs read through gpu.Source as NVML's would be.
+func startAgentTwin(ctx context.Context, o agentcmd.TwinOptions) (gpu.Source, func(context.Context) error, error) {
+	spec := twin.ClusterSpec{
+		Name:  "agent-twin",
+		Nodes: twin.NodesSpec{Count: 1, GPUsPerNode: o.GPUs, Model: "H200", NUMASockets: 1},
+		Jobs:  []twin.JobSpec{{Name: "llm-pretrain", GPUs: "all"}},
 	}
-	ctx, cancel := context.WithCancel(cmd.Context())
-	defer cancel()
-	log := logger(cmd)
-	if fl.verbose && !log.Enabled(ctx, slog.LevelInfo) {
-		// --verbose predates --log-level: it asks for info.
-		log = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelInfo}))
-	}
-
-	var (
-		src     gpu.Source
-		srcName string
-		runner  *live.Runner
-	)
-	if fl.twin {
-		spec := twin.ClusterSpec{
-			Name:  "agent-twin",
-			Nodes: twin.NodesSpec{Count: 1, GPUsPerNode: fl.twinGPUs, Model: "H200", NUMASockets: 1},
-			Jobs:  []twin.JobSpec{{Name: "llm-pretrain", GPUs: "all"}},
-		}
-		r, err := live.New(ctx, live.Options{Twin: twin.Options{Spec: spec, Seed: fl.seed}, Warmup: 2 * time.Minute, Logger: log.With("component", "live-twin")})
-		if err != nil {
-			return failed(fmt.Errorf("agent: start the twin: %w", err))
-		}
-		s, err := twingpu.New(r.WithTwin, r.Inventory().Nodes[0].Name)
-		if err != nil {
-			return failed(fmt.Errorf("agent: %w", err))
-		}
-		src, srcName, runner = s, "twin", r
-	} else {
-		s, err := nvmlgpu.Open()
-		switch {
-		case err == nil:
-			src, srcName = s, "nvml"
-		case fl.nodeName == "":
-			return failed(fmt.Errorf("agent: %w (use --twin on a machine without a GPU)", err))
-		default:
-			// Network, storage and process faults need no GPU: the
-			// node still takes its NodeFaults.
-			fmt.Fprintf(cmd.ErrOrStderr(), "gpuchaos agent: warning: no GPUs (%v): serving no metrics, reporting no GPUs on node %s\n", err, fl.nodeName)
-		}
-	}
-	if src != nil {
-		defer src.Close()
-	}
-
-	var nodeAgent *nodeagent.Agent
-	if fl.nodeName != "" {
-		var devs []gpu.Device
-		if src != nil {
-			var err error
-			if devs, err = src.Devices(ctx); err != nil {
-				return failed(fmt.Errorf("agent: list GPUs: %w", err))
-			}
-		}
-		var err error
-		if nodeAgent, err = fl.newNodeAgent(devs, log); err != nil {
-			return err
-		}
-		if src == nil {
-			fmt.Fprintf(cmd.OutOrStdout(), "applying the NodeFaults of node %s (ledger %s; Ctrl-C to stop)\n", fl.nodeName, fl.ledger)
-			return failed(nodeAgent.Start(ctx))
-		}
-	}
-
-	a, err := exporter.New(ctx, exporter.Options{
-		Source: src, SourceName: srcName, Interval: fl.interval, NUMAInterval: fl.numa,
-		Hostname: fl.hostname, Version: buildVersion(), Logger: log.With("component", "agent"),
-	})
+	r, err := live.New(ctx, live.Options{Twin: twin.Options{Spec: spec, Seed: o.Seed}, Warmup: 2 * time.Minute, Logger: o.Logger.With("component", "live-twin")})
 	if err != nil {
-		return failed(err)
+		return nil, nil, fmt.Errorf("start the twin: %w", err)
 	}
-	if !fl.noXID {
-		defer watchXIDs(ctx, a, fl.kmsgPath, cmd.ErrOrStderr())()
-	}
-	ln, err := net.Listen("tcp", fl.listen)
+	s, err := twingpu.New(r.WithTwin, r.Inventory().Nodes[0].Name)
 	if err != nil {
-		return failed(fmt.Errorf("--listen: %w", err))
+		return nil, nil, err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "serving %d GPUs (%s) at http://%s/metrics (Ctrl-C to stop)\n", len(a.Devices()), srcName, ln.Addr())
-	if nodeAgent != nil {
-		fmt.Fprintf(cmd.OutOrStdout(), "applying the NodeFaults of node %s (ledger %s)\n", fl.nodeName, fl.ledger)
-		return failed(serveAgent(ctx, a, runner, ln, nodeAgent.Start))
-	}
-	return failed(serveAgent(ctx, a, runner, ln))
-}
-
-// newNodeAgent connects to the cluster and opens the ledger of NodeFault
-// mode.
-func (fl agentFlags) newNodeAgent(devs []gpu.Device, log *slog.Logger) (*nodeagent.Agent, error) {
-	// controller-runtime's client logs through its own global logger,
-	// which warns on stderr after 30 s when nobody set it.
-	ctrllog.SetLogger(logr.FromSlogHandler(log.With("component", "client").Handler()))
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if fl.kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-			&clientcmd.ClientConfigLoadingRules{ExplicitPath: fl.kubeconfig}, &clientcmd.ConfigOverrides{}).ClientConfig()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("--kubeconfig: %w", err)
-	}
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: nodeagent.Scheme()})
-	if err != nil {
-		return nil, failed(fmt.Errorf("agent: API client: %w", err))
-	}
-	name := os.Getenv("POD_NAME")
-	if name == "" {
-		name = "gpuchaos-agent/" + fl.nodeName
-	}
-	a, err := nodeagent.New(nodeagent.Options{
-		Client: c, Node: fl.nodeName, Ledger: fl.ledger, GPUs: devs, Agent: name, Resync: fl.resync, CgroupRoot: fl.cgroupRoot,
-		Env:    nodeall.Env(nodeall.Node{Logger: log.With("component", "injector"), GPUNode: gpuNodes(devs), Pod: &nodeall.Pod{CgroupRoot: fl.cgroupRoot}}),
-		Logger: log.With("component", "nodeagent", "node", fl.nodeName),
-	})
-	if err != nil {
-		return nil, err
-	}
-	return a, nil
-}
-
-// watchXIDs follows the kernel log at path and records every XID in a,
-// resolving the line's bus id to one of a's GPUs. When the log cannot be
-// read (not root, no such device) it warns once on warn and returns: the
-// agent still serves everything else. The returned func stops the watch.
-func watchXIDs(ctx context.Context, a *exporter.Agent, path string, warn io.Writer) (stop func()) {
-	w, err := xidwatch.Start(ctx, xidwatch.Options{
-		Kmsg:    kmsg.Options{Path: path},
-		Resolve: xidwatch.GPUResolver(a.Devices()),
-		OnXID:   func(ev xidwatch.Event) { a.RecordXID(ev.GPU, ev.Code) },
-	})
-	if err != nil {
-		fmt.Fprintf(warn, "gpuchaos agent: warning: not watching for XIDs, serving metrics without them: %v\n", err)
-		return func() {}
-	}
-	return func() {
-		if err := w.Stop(); err != nil {
-			fmt.Fprintf(warn, "gpuchaos agent: warning: the XID watch stopped early: %v\n", err)
-		}
-	}
-}
-
-// serveAgent runs the agent's sampling loop, the twin behind it (when
-// there is one) and the HTTP server until ctx ends or one of them fails,
-// then stops all and waits for them.
-func serveAgent(ctx context.Context, a *exporter.Agent, r *live.Runner, ln net.Listener, more ...func(context.Context) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	srv := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second}
-	loops := []func() error{
-		func() error { return a.Start(ctx) },
-		func() error {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				return fmt.Errorf("serve metrics: %w", err)
-			}
-			return nil
-		},
-	}
-	if r != nil {
-		loops = append(loops, func() error { return r.Start(ctx) })
-	}
-	for _, m := range more {
-		loops = append(loops, func() error { return m(ctx) })
-	}
-	errc := make(chan error, len(loops))
-	for _, loop := range loops {
-		go func() {
-			err := loop()
-			cancel()
-			errc <- err
-		}()
-	}
-	<-ctx.Done()
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), live.ShutdownGrace)
-	defer scancel()
-	shutErr := srv.Shutdown(sctx)
-	var errs []error
-	for range loops {
-		errs = append(errs, <-errc)
-	}
-	err := errors.Join(errs...)
-	if err == nil && shutErr != nil {
-		err = fmt.Errorf("stop serving metrics: %w", shutErr)
-	}
-	return err
-}
-
-// buildVersion is the module version the binary was built from, or
-// "devel" for a build from a work tree.
-func buildVersion() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
-}
-
-// gpuNodes gives the NUMA injectors each GPU's node as NVML reported it
-// (-1, unknown, for a GPU the node does not have): without it they know
-// no GPU's node, and refuse on a machine of two sockets.
-func gpuNodes(devs []gpu.Device) func(context.Context, int) (int, error) {
-	return func(_ context.Context, i int) (int, error) {
-		for _, d := range devs {
-			if d.Index == i {
-				return d.NUMANode, nil
-			}
-		}
-		return -1, nil
-	}
+	return s, r.Start, nil
 }

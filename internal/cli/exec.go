@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
+	"github.com/gpuchaos/gpuchaos/internal/cli/command"
 	"github.com/gpuchaos/gpuchaos/internal/gputools/launch"
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 )
@@ -102,10 +103,10 @@ nothing.`,
 				if st.Pid != 0 {
 					code = 1 // it ran, but its output could not be copied
 				}
-				return &exitError{code: code, err: fmt.Errorf("exec: %w", err)}
+				return command.Exit(code, fmt.Errorf("exec: %w", err))
 			}
 			if st.Code != 0 {
-				return &exitError{code: st.Code, err: fmt.Errorf("exec: %s %s (under %s)", args[0], st, fault.ID)}
+				return command.Exit(st.Code, fmt.Errorf("exec: %s %s (under %s)", args[0], st, fault.ID))
 			}
 			return nil
 		},

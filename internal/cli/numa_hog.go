@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpuchaos/gpuchaos/internal/cli/command"
 	"github.com/gpuchaos/gpuchaos/internal/fault/numafault"
 )
 
@@ -21,7 +22,7 @@ func newNUMAHogCmd() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if code := numafault.RunHog(cmd.Context(), args, cmd.ErrOrStderr()); code != 0 {
 				// RunHog said why on stderr already.
-				return &exitError{code: code, err: fmt.Errorf("%s exited %d", numafault.HogCommand, code)}
+				return command.Exit(code, fmt.Errorf("%s exited %d", numafault.HogCommand, code))
 			}
 			return nil
 		},

@@ -5,101 +5,35 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
+	"log/slog"
 	"slices"
-	"strings"
-	"syscall"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
+
+	"github.com/gpuchaos/gpuchaos/internal/cli/command"
 )
 
-// Main runs the command line and returns the process exit code: 0 on
-// success, 1 on a failed run, 2 on bad input. Errors print as one line.
-//
-// SIGINT and SIGTERM cancel the command's context: every command stops
-// on it (recovering what it injected) and one that then fails exits
-// 128+signal (130, 143), as a shell reports a process the signal killed,
-// so a script can tell an interrupted run from a failed one. A command
-// that ends cleanly on the signal (a server, --follow) exits 0.
+// Main runs the command line and returns the process exit code by
+// command.Main's rule: 0 on success, 1 on a failed run, 2 on bad input,
+// 128+signal for a run SIGINT or SIGTERM stopped. Errors print as one line.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	go func() {
-		select {
-		case s := <-sigs:
-			cancel(&signalError{s.(syscall.Signal)})
-		case <-ctx.Done():
-		}
-	}()
-	return execute(ctx, args, stdin, stdout, stderr)
+	return command.Main(newRoot(stdin, stdout, stderr), args)
 }
 
 // execute runs the command line under ctx and returns the exit code by
-// Main's rule; a ctx whose cause is a *signalError stands for a signal.
+// Main's rule; a ctx whose cause is a *command.SignalError stands for a
+// signal.
 func execute(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	root := newRoot(stdin, stdout, stderr)
-	root.SetArgs(args)
-	err := root.ExecuteContext(ctx)
-	if err == nil {
-		return 0
-	}
-	var se *signalError
-	if errors.As(context.Cause(ctx), &se) && (errors.Is(err, context.Canceled) || errors.As(err, new(*signalError))) {
-		msg := strings.ReplaceAll(oneLine(err.Error()), context.Canceled.Error(), se.Error())
-		if !strings.Contains(msg, se.Error()) {
-			msg += " (" + se.Error() + ")"
-		}
-		fmt.Fprintf(stderr, "gpuchaos: %s\n", msg)
-		return 128 + int(se.sig)
-	}
-	fmt.Fprintf(stderr, "gpuchaos: %s\n", oneLine(err.Error()))
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code
-	}
-	return 2
+	return command.Execute(ctx, newRoot(stdin, stdout, stderr), args)
 }
-
-// signalError is the cause of a context cancelled by a signal.
-type signalError struct{ sig syscall.Signal }
-
-func (e *signalError) Error() string { return "stopped by " + unix.SignalName(e.sig) }
-
-// exitError carries an exit code other than 2 (bad input, the default).
-type exitError struct {
-	code int
-	err  error
-}
-
-func (e *exitError) Error() string { return e.err.Error() }
-func (e *exitError) Unwrap() error { return e.err }
 
 // failed marks an error as a failed run (exit 1) rather than bad input.
-func failed(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &exitError{code: 1, err: err}
-}
+func failed(err error) error { return command.Failed(err) }
 
-func oneLine(s string) string {
-	out := []rune{}
-	for _, r := range s {
-		if r == '\n' || r == '\r' {
-			r = ' '
-		}
-		out = append(out, r)
-	}
-	return string(out)
-}
+// logger returns the command's logger (command.Logger).
+func logger(cmd *cobra.Command) *slog.Logger { return command.Logger(cmd) }
 
 func newRoot(stdin io.Reader, stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
@@ -117,7 +51,7 @@ digital twin of two 8-GPU H200 nodes, no GPU or cluster needed.`,
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	withLogger(root)
+	command.WithLogger(root)
 	root.AddCommand(
 		newDemoCmd(),
 		newRunCmd(),

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/gpuchaos/gpuchaos/internal/cli/command"
 )
 
 // TestStoppedBySignal: a command whose context a signal cancelled stops
@@ -31,7 +33,7 @@ func TestStoppedBySignal(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithCancelCause(context.Background())
-			cancel(&signalError{tt.sig})
+			cancel(&command.SignalError{Signal: tt.sig})
 			var out, errb bytes.Buffer
 			code := execute(ctx, tt.args, strings.NewReader(""), &out, &errb)
 			if code != tt.wantCode || !strings.HasSuffix(errb.String(), tt.wantErr) || strings.Count(errb.String(), "\n") > 1 {

@@ -7,14 +7,14 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpuchaos/gpuchaos/internal/node/xidwatch"
+	"github.com/gpuchaos/gpuchaos/internal/node/xidwatch/xidbench"
 )
 
 // newXIDBenchCmd is hidden: it writes real XID lines to this machine's
 // kernel log, which is a test of the node, not something to run by habit.
 func newXIDBenchCmd() *cobra.Command {
 	var (
-		o   xidwatch.BenchOptions
+		o   xidbench.Options
 		f   format
 		pci string
 	)
@@ -38,7 +38,7 @@ sees. Use a code nothing else logs meanwhile.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.PCI = pci
-			res, err := xidwatch.Bench(cmd.Context(), o)
+			res, err := xidbench.Run(cmd.Context(), o)
 			if err != nil {
 				return failed(err)
 			}

@@ -16,6 +16,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/gpuchaos/gpuchaos/internal/cli/command"
 	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
 	"github.com/gpuchaos/gpuchaos/internal/model/xid"
 	"github.com/gpuchaos/gpuchaos/internal/node/kmsg"
@@ -36,7 +37,7 @@ type started struct {
 func startCLI(t *testing.T, stdin io.Reader, args ...string) *started {
 	t.Helper()
 	ctx, cancel := context.WithCancelCause(context.Background())
-	s := &started{cancel: func() { cancel(&signalError{syscall.SIGINT}) }, done: make(chan int, 1)}
+	s := &started{cancel: func() { cancel(&command.SignalError{Signal: syscall.SIGINT}) }, done: make(chan int, 1)}
 	t.Cleanup(s.cancel)
 	go func() { s.done <- execute(ctx, args, stdin, &s.stdout, &s.stderr) }()
 	return s

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,6 +30,10 @@ const (
 	DefaultSource = "https://github.com/gpuchaos/gpuchaos"
 	// BinaryPath is where the image keeps the command; the entrypoint.
 	BinaryPath = "/usr/local/bin/gpuchaos"
+	// AgentBinaryPath is where the image keeps gpuchaos-agent, the node
+	// agent's lean binary, which the chart's DaemonSet runs as its
+	// command; the faults it runs as child processes run BinaryPath.
+	AgentBinaryPath = "/usr/local/bin/gpuchaos-agent"
 	// PackagesFile lists, in the image, the Debian packages its runtime
 	// files were taken from, with their versions and files.
 	PackagesFile = "/usr/share/gpuchaos/image-packages.txt"
@@ -40,11 +45,13 @@ const (
 	PackagesLabel = "io.gpuchaos.image.packages"
 )
 
-// Options says what goes into the image. Binary is required; the rest
-// are labels and the one timestamp.
+// Options says what goes into the image. Binary and AgentBinary are
+// required; the rest are labels and the one timestamp.
 type Options struct {
 	// Binary is the gpuchaos command, built for GOARCH on this host.
 	Binary string
+	// AgentBinary is the gpuchaos-agent command, built likewise.
+	AgentBinary string
 	// GOARCH is the binary's architecture (runtime.GOARCH: the runtime
 	// files come from this host, so it can only be the host's).
 	GOARCH string
@@ -65,12 +72,15 @@ type Built struct {
 }
 
 // Build assembles the image: a runtime layer (the C library files the
-// binary needs, their copyright files, /etc/passwd and /etc/group with
-// the nonroot user, /tmp) and a layer with the binary alone, so a new
-// build of the command reuses the runtime layer.
+// binaries need, their copyright files, /etc/passwd and /etc/group with
+// the nonroot user, /tmp) and a layer with the two binaries alone, so a
+// new build of the commands reuses the runtime layer.
 func Build(o Options) (*Built, error) {
 	if o.Binary == "" {
 		return nil, errors.New("image: Binary is empty")
+	}
+	if o.AgentBinary == "" {
+		return nil, errors.New("image: AgentBinary is empty")
 	}
 	if o.Version == "" {
 		return nil, errors.New("image: Version is empty")
@@ -85,6 +95,13 @@ func Build(o Options) (*Built, error) {
 	if err != nil {
 		return nil, err
 	}
+	agentFiles, err := RuntimeFiles("/", o.AgentBinary, o.GOARCH, DriverNeeds...)
+	if err != nil {
+		return nil, err
+	}
+	files = append(files, agentFiles...)
+	sort.Strings(files)
+	files = slices.Compact(files)
 	var pkgs []Package
 	if len(files) > 0 {
 		if pkgs, err = debianPackages(files); err != nil {
@@ -127,15 +144,17 @@ func Build(o Options) (*Built, error) {
 	}
 	rt.file(PackagesFile, 0o644, []byte(list.String()))
 
-	bin, err := os.ReadFile(o.Binary)
-	if err != nil {
-		return nil, fmt.Errorf("image: read binary: %w", err)
-	}
 	bt := newTree(o.Created)
 	bt.dir("/usr", 0o755, 0)
 	bt.dir("/usr/local", 0o755, 0)
 	bt.dir("/usr/local/bin", 0o755, 0)
-	bt.add(BinaryPath, tar.Header{Typeflag: tar.TypeReg, Mode: 0o755}, bin)
+	for p, host := range map[string]string{BinaryPath: o.Binary, AgentBinaryPath: o.AgentBinary} {
+		bin, err := os.ReadFile(host)
+		if err != nil {
+			return nil, fmt.Errorf("image: read binary %s: %w", p, err)
+		}
+		bt.add(p, tar.Header{Typeflag: tar.TypeReg, Mode: 0o755}, bin)
+	}
 
 	var layers []mutate.Addendum
 	for _, l := range []struct {
@@ -143,7 +162,7 @@ func Build(o Options) (*Built, error) {
 		by string
 	}{
 		{rt, "gpuchaos image builder: runtime files (" + strings.Join(names, " ") + "), /etc/passwd, /etc/group"},
-		{bt, "gpuchaos image builder: " + BinaryPath},
+		{bt, "gpuchaos image builder: " + BinaryPath + " " + AgentBinaryPath},
 	} {
 		layer, err := l.t.layer()
 		if err != nil {

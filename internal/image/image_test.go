@@ -39,9 +39,9 @@ func TestMain(m *testing.M) {
 
 var created = time.Date(2026, 12, 2, 7, 0, 0, 0, time.UTC)
 
-func options(bin string) image.Options {
+func options(bin, agent string) image.Options {
 	return image.Options{
-		Binary: bin, GOARCH: runtime.GOARCH, Created: created,
+		Binary: bin, AgentBinary: agent, GOARCH: runtime.GOARCH, Created: created,
 		Version: "0.1.0", Revision: "4e08b58", Source: image.DefaultSource, Licenses: "NOASSERTION",
 	}
 }
@@ -66,7 +66,7 @@ func TestImageRunsOnItsOwn(t *testing.T) {
 	}
 	needDpkg(t)
 	bin := testutil.GPUChaos(t)
-	b, err := image.Build(options(bin))
+	b, err := image.Build(options(bin, testutil.GPUChaosAgent(t)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +122,11 @@ func TestImageRunsOnItsOwn(t *testing.T) {
 	help, err := inImage(root, cf.Config, append(ep, "--help")...)
 	if err != nil || !strings.Contains(help, "Usage:") || !strings.Contains(help, "controller") || !strings.Contains(help, "agent") {
 		t.Fatalf("gpuchaos --help in the image: %v\n%s", err, help)
+	}
+	// The DaemonSet's command, beside the entrypoint.
+	agentHelp, err := inImage(root, cf.Config, image.AgentBinaryPath, "--help")
+	if err != nil || !strings.Contains(agentHelp, "gpuchaos-agent is gpuchaos's node agent") {
+		t.Fatalf("gpuchaos-agent --help in the image: %v\n%s", err, agentHelp)
 	}
 	faults, err := inImage(root, cf.Config, append(ep, "faults", "--format", "json")...)
 	if err != nil {
@@ -198,7 +203,7 @@ func checkConfig(t *testing.T, what string, img, built v1.Image) {
 		t.Fatal(err)
 	}
 	if len(cf.RootFS.DiffIDs) != 2 || !slices.Equal(cf.RootFS.DiffIDs, bcf.RootFS.DiffIDs) {
-		t.Errorf("%s: diff ids %v, built %v; want 2: runtime files, then the binary", what, cf.RootFS.DiffIDs, bcf.RootFS.DiffIDs)
+		t.Errorf("%s: diff ids %v, built %v; want 2: runtime files, then the binaries", what, cf.RootFS.DiffIDs, bcf.RootFS.DiffIDs)
 	}
 	m, err := img.Manifest()
 	if err != nil {
@@ -271,7 +276,7 @@ func extract(t *testing.T, img v1.Image, root string) {
 			}
 		}
 	}
-	for _, f := range []string{"usr/local/bin/gpuchaos", "etc/passwd", "etc/group", strings.TrimPrefix(image.PackagesFile, "/")} {
+	for _, f := range []string{"usr/local/bin/gpuchaos", "usr/local/bin/gpuchaos-agent", "etc/passwd", "etc/group", strings.TrimPrefix(image.PackagesFile, "/")} {
 		if !files[f] {
 			t.Errorf("image has no %s", f)
 		}
@@ -399,7 +404,7 @@ func TestSameInputsSameDigest(t *testing.T) {
 		if err := os.Chtimes(cp, mtime, mtime); err != nil {
 			t.Fatal(err)
 		}
-		b, err := image.Build(options(cp))
+		b, err := image.Build(options(cp, cp))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -424,7 +429,7 @@ func TestSameInputsSameDigest(t *testing.T) {
 	if sums[0] != sums[1] {
 		t.Errorf("one binary, two different tarballs")
 	}
-	o := options(bin)
+	o := options(bin, bin)
 	o.Created = created.Add(time.Second)
 	b, err := image.Build(o)
 	if err != nil {
@@ -432,6 +437,21 @@ func TestSameInputsSameDigest(t *testing.T) {
 	}
 	if d, _ := b.Image.Digest(); d == digests[0] {
 		t.Errorf("another creation time, the same digest %s: the timestamp is not in the image", d)
+	}
+}
+
+// TestBuildNeedsBothBinaries: an image without gpuchaos-agent would start
+// no DaemonSet, and one without gpuchaos no controller.
+func TestBuildNeedsBothBinaries(t *testing.T) {
+	for _, tc := range []struct{ name, bin, agent, want string }{
+		{"no gpuchaos", "", "/bin/true", "Binary is empty"},
+		{"no gpuchaos-agent", "/bin/true", "", "AgentBinary is empty"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := image.Build(options(tc.bin, tc.agent)); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("Build: %v, want an error with %q", err, tc.want)
+			}
+		})
 	}
 }
 

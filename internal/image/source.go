@@ -42,13 +42,14 @@ func ChartAppVersion(root string) (string, error) {
 // keep panics' stack traces readable).
 var GoBuildArgs = []string{"build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w"}
 
-// BuildBinary builds ./cmd/gpuchaos of the module at root into out.
-func BuildBinary(root, out string) error {
-	cmd := exec.Command("go", append(append([]string{}, GoBuildArgs...), "-o", out, "./cmd/gpuchaos")...)
+// BuildBinary builds ./cmd/name of the module at root (gpuchaos or
+// gpuchaos-agent) into out.
+func BuildBinary(root, name, out string) error {
+	cmd := exec.Command("go", append(append([]string{}, GoBuildArgs...), "-o", out, "./cmd/"+name)...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build gpuchaos: %v\n%s", err, b)
+		return fmt.Errorf("go build %s: %v\n%s", name, err, b)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""The agent section of scripts/gpu-check: `gpuchaos agent` against
-nvidia-smi read at the same instant, then the agent's own cost.
+"""The agent section of scripts/gpu-check: the node agent (gpuchaos-agent,
+the chart's command, at $BIN_AGENT; `$BIN agent` where it is not built)
+against nvidia-smi read at the same instant, then the agent's own cost.
 
 Same instant: the agent samples on ticks aligned to whole seconds (interval
 1 s) and serves its newest sample, so a page fetched at x.5 s holds the
@@ -11,12 +12,14 @@ away). Three readings idle, five under a PyTorch bf16 matmul load on GPU
 $GPU. Tolerances (the agent's targets): temperature ±2 °C, power ±10 %,
 memory used exact, clocks ±5 %; UUID and bus id must match.
 
-Then scripts/agent-cost measures the agent's CPU time and peak memory
-over 60 s at 1 s sampling (targets: under 1 % of one core, under 50 MiB).
+Then scripts/agent-cost measures gpuchaos-agent's CPU time and peak memory
+over 60 s at 1 s sampling, the page cache warm as after an image pull
+(targets: under 1 % of one core, under 50 MiB), and `gpuchaos agent`'s
+the same way beside it, for the ratio.
 When bin/gpu.test exists (go test -c -o bin/gpu.test ./internal/node/gpu/nvmlgpu), its
 NVML per-call benchmark says where the agent's CPU goes.
 
-Usage: [BIN=bin/gpuchaos] [GPU=0] scripts/gpu-check.d/agent.py OUT_DIR
+Usage: [BIN=bin/gpuchaos] [BIN_AGENT=bin/gpuchaos-agent] [GPU=0] scripts/gpu-check.d/agent.py OUT_DIR
 Writes raw readings to OUT_DIR, rows to $SUMMARY, a table to stdout.
 """
 import datetime
@@ -30,6 +33,9 @@ import time
 import urllib.request
 
 BIN = os.environ.get("BIN", "bin/gpuchaos")
+BIN_AGENT = os.environ.get("BIN_AGENT", "bin/gpuchaos-agent")
+LEAN = os.access(BIN_AGENT, os.X_OK)
+AGENT = [BIN_AGENT] if LEAN else [BIN, "agent"]
 GPU = os.environ.get("GPU", "0")
 LISTEN = "127.0.0.1:9400"
 SUMMARY = os.environ.get("SUMMARY", "")
@@ -102,7 +108,7 @@ def smi_rows(path):
 
 def main(out):
     os.makedirs(out, exist_ok=True)
-    agent = subprocess.Popen([BIN, "agent", "--listen", LISTEN, "--interval", "1s", "-v"],
+    agent = subprocess.Popen(AGENT + ["--listen", LISTEN, "--interval", "1s", "-v"],
                              stdout=open(f"{out}/agent.log", "w"), stderr=subprocess.STDOUT)
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=" + ",".join(SMI_COLS), "--format=csv,noheader,nounits", "-lms", "100"],
                            stdout=open(f"{out}/smi.csv", "w"), stderr=subprocess.DEVNULL)
@@ -164,18 +170,31 @@ def main(out):
         ok, bad = counts[name]
         summary.append(("agent", name, f"{ok}/{ok + bad} within", "nvidia-smi, same instant", "all", bad == 0))
 
-    cost = subprocess.run(["scripts/agent-cost", "-b", BIN, "-d", "60", "--", "--listen", LISTEN, "--interval", "1s"],
-                          capture_output=True, text=True)
-    open(f"{out}/cost.txt", "w").write(cost.stdout + cost.stderr)
-    print(cost.stdout)
-    js = [l for l in cost.stdout.splitlines() if l.startswith("{")]
-    if js:
-        c = json.loads(js[-1])
-        summary.append(("agent", "CPU, 1 s sampling, 60 s", f"{c['cpu_pct_of_one_core']:.2f} % of a core (user {c['user_s']:.2f} s, sys {c['sys_s']:.2f} s)",
+    # The chart's agent against the targets, then gpuchaos agent beside it.
+    runs = [("gpuchaos-agent", ["-a", "-b", BIN_AGENT])] if LEAN else []
+    runs.append(("gpuchaos agent", ["-b", BIN]))
+    costs = {}
+    for name, flags in runs:
+        cost = subprocess.run(["scripts/agent-cost", "-w"] + flags + ["-d", "60", "-s", "1", "--", "--listen", LISTEN, "--interval", "1s"],
+                              capture_output=True, text=True)
+        open(f"{out}/cost-{name.replace(' ', '-')}.txt", "w").write(cost.stdout + cost.stderr)
+        print(cost.stdout)
+        js = [l for l in cost.stdout.splitlines() if l.startswith("{")]
+        if js:
+            costs[name] = json.loads(js[-1])
+        else:
+            summary.append(("agent", f"{name}: cost measured", "agent-cost failed", "", "", False))
+    target = "gpuchaos-agent" if LEAN else "gpuchaos agent"
+    if target in costs:
+        c = costs[target]
+        summary.append(("agent", f"{target}: CPU, 1 s sampling, 60 s", f"{c['cpu_pct_of_one_core']:.2f} % of a core (user {c['user_s']:.2f} s, sys {c['sys_s']:.2f} s)",
                         "", "< 1 %", c["cpu_pct_of_one_core"] < 1))
-        summary.append(("agent", "peak resident memory", f"{c['max_rss_mib']:.1f} MiB", "", "< 50 MiB", c["max_rss_mib"] < 50))
-    else:
-        summary.append(("agent", "cost measured", "agent-cost failed", "", "", False))
+        summary.append(("agent", f"{target}: peak resident memory", f"{c['max_rss_mib']:.1f} MiB (file {c['rss_file_mib']:.1f}, anon {c['rss_anon_mib']:.1f} at the end)",
+                        "", "< 50 MiB", c["max_rss_mib"] < 50))
+    if LEAN and "gpuchaos agent" in costs and target in costs:
+        f, c = costs["gpuchaos agent"], costs[target]
+        summary.append(("agent", "gpuchaos agent, the same way", f"{f['max_rss_mib']:.1f} MiB, {f['cpu_pct_of_one_core']:.2f} % of a core",
+                        f"gpuchaos-agent / it: {c['max_rss_mib'] / f['max_rss_mib']:.2f} of the memory", "", True))
 
     if os.access("bin/gpu.test", os.X_OK):
         b = subprocess.run(["bin/gpu.test", "-test.run", "^$", "-test.bench", "NVML", "-test.benchtime", "300x"],

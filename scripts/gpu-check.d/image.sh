@@ -6,7 +6,8 @@
 # library folder (the runtime bind-mounts it there), /dev, /proc and /sys
 # from the host, nothing else of the host's. The agent in the image must
 # read every GPU nvidia-smi lists, with the same UUIDs, through the
-# image's own C library. Needs root.
+# image's own C library: gpuchaos-agent, the DaemonSet's command. Needs
+# root.
 #
 # Usage: [IMAGE=bin/gpuchaos-image.tar] scripts/gpu-check.d/image.sh OUT_DIR
 set -uo pipefail
@@ -53,7 +54,7 @@ env -i PATH=/usr/local/bin "$chroot" "$root" /usr/local/bin/gpuchaos faults --fo
 rc=$?
 row image "the image's command runs (faults)" "exit $rc" "" "exit 0" $([ $rc = 0 ] && echo 1 || echo 0)
 
-env -i PATH=/usr/local/bin "$chroot" "$root" /usr/local/bin/gpuchaos agent --listen "$listen" --no-xid-watch --interval 1s >"$out/agent.log" 2>&1 &
+env -i PATH=/usr/local/bin "$chroot" "$root" /usr/local/bin/gpuchaos-agent --listen "$listen" --no-xid-watch --interval 1s >"$out/agent.log" 2>&1 &
 apid=$!
 for _ in $(seq 1 100); do
 	curl -sf "http://$listen/metrics" >"$out/metrics.txt" 2>/dev/null && grep -q '^DCGM_FI_DEV_GPU_TEMP{' "$out/metrics.txt" && break

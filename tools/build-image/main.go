@@ -1,5 +1,6 @@
 // Command build-image builds the gpuchaos container image the Helm chart
-// runs, without docker: see internal/image and scripts/build-image.
+// runs (gpuchaos and gpuchaos-agent), without docker: see internal/image
+// and scripts/build-image.
 //
 //	go run ./tools/build-image -o bin/gpuchaos-image.tar --layout bin/gpuchaos-oci
 package main
@@ -31,6 +32,7 @@ func run(args []string) error {
 	repo := fs.String("repository", image.DefaultRepository, "image repository; the chart's image.repository")
 	tag := fs.String("tag", "", "image tag; empty: the chart's appVersion, the tag the chart pulls by default")
 	bin := fs.String("binary", "", "a gpuchaos binary to use; empty: build ./cmd/gpuchaos with "+strings.Join(image.GoBuildArgs, " "))
+	agentBin := fs.String("agent-binary", "", "a gpuchaos-agent binary to use; empty: build ./cmd/gpuchaos-agent likewise")
 	licenses := fs.String("licenses", "NOASSERTION", "SPDX expression for the org.opencontainers.image.licenses label")
 	source := fs.String("source", image.DefaultSource, "org.opencontainers.image.source label")
 	if err := fs.Parse(args); err != nil {
@@ -60,19 +62,24 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *bin == "" {
-		dir, err := os.MkdirTemp("", "gpuchaos-image-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(dir)
-		*bin = filepath.Join(dir, "gpuchaos")
-		if err := image.BuildBinary(root, *bin); err != nil {
-			return err
+	dir, err := os.MkdirTemp("", "gpuchaos-image-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	for _, c := range []struct {
+		name string
+		path *string
+	}{{"gpuchaos", bin}, {"gpuchaos-agent", agentBin}} {
+		if *c.path == "" {
+			*c.path = filepath.Join(dir, c.name)
+			if err := image.BuildBinary(root, c.name, *c.path); err != nil {
+				return err
+			}
 		}
 	}
 	b, err := image.Build(image.Options{
-		Binary: *bin, GOARCH: runtime.GOARCH, Created: created,
+		Binary: *bin, AgentBinary: *agentBin, GOARCH: runtime.GOARCH, Created: created,
 		Version: *tag, Revision: rev, Source: *source, Licenses: *licenses,
 	})
 	if err != nil {

@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault"
-	"github.com/gpuchaos/gpuchaos/internal/gputools/burn"
-	"github.com/gpuchaos/gpuchaos/internal/gputools/exhaust"
+	"github.com/gpuchaos/gpuchaos/internal/gputools/loadlimit"
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 )
 
@@ -18,7 +17,7 @@ const (
 	DefaultHold = fault.DefaultHold
 	HoldMargin  = fault.HoldMargin
 	// MaxHold is the commands' own cap on --duration.
-	MaxHold = min(burn.MaxDuration, exhaust.MaxDuration)
+	MaxHold = min(loadlimit.BurnDuration, loadlimit.ExhaustDuration)
 )
 
 // neighbourCeilingC is the temperature ceiling of the noisy neighbour's
@@ -92,8 +91,8 @@ func commands(faultID string, gpu int, v catalog.Values, d time.Duration) ([][]s
 		return []string{"--duty", formatFloat(x)}, nil
 	}
 	vram := func(fraction float64) ([]string, error) {
-		if !(fraction > 0 && fraction <= exhaust.MaxFraction) {
-			return nil, fmt.Errorf("memory fraction %g: must be above 0 and at most %g", fraction, exhaust.MaxFraction)
+		if !(fraction > 0 && fraction <= loadlimit.ExhaustFraction) {
+			return nil, fmt.Errorf("memory fraction %g: must be above 0 and at most %g", fraction, loadlimit.ExhaustFraction)
 		}
 		return []string{"exhaust", "vram", "--gpu", g, "--fraction", formatFloat(fraction), "--duration", dur,
 			"--format", "json", "--ready-fd", readyFD}, nil
@@ -118,8 +117,8 @@ func commands(faultID string, gpu int, v catalog.Values, d time.Duration) ([][]s
 		out = append(out, a)
 	case "exhaustion.pcie":
 		rate := v.Int("rate")
-		if rate <= 0 || rate > exhaust.MaxRate {
-			return nil, fmt.Errorf("rate %d bytes/s: must be above 0 and at most %d", rate, int64(exhaust.MaxRate))
+		if rate <= 0 || rate > loadlimit.ExhaustRate {
+			return nil, fmt.Errorf("rate %d bytes/s: must be above 0 and at most %d", rate, int64(loadlimit.ExhaustRate))
 		}
 		out = append(out, []string{"exhaust", "pcie", "--gpu", g, "--duration", dur, "--rate", strconv.FormatInt(rate, 10),
 			"--format", "json", "--ready-fd", readyFD})

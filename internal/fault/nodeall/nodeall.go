@@ -64,6 +64,11 @@ type Node struct {
 	GPUNode func(ctx context.Context, gpu int) (int, error)
 	// Logger receives the injectors' logs; nil discards them.
 	Logger *slog.Logger
+	// Exec is the gpuchaos binary the child-process mechanisms run
+	// (fault.Env.Exec); empty means this process's own, which is right
+	// wherever this process is gpuchaos and wrong in gpuchaos-agent,
+	// which has none of the children's subcommands.
+	Exec string
 	// Pod is set where the injectors run in a Kubernetes node's agent;
 	// nil on a node outside Kubernetes.
 	Pod *Pod
@@ -87,7 +92,7 @@ type Pod struct {
 // process knows of its node: the one place a field of fault.Env is
 // filled for the node.
 func Env(n Node) fault.Env {
-	env := fault.Env{Logger: n.Logger, Kmsg: n.Kmsg, StateDir: n.StateDir, GPUNode: n.GPUNode}
+	env := fault.Env{Logger: n.Logger, Kmsg: n.Kmsg, StateDir: n.StateDir, GPUNode: n.GPUNode, Exec: n.Exec}
 	if env.Kmsg == nil {
 		env.Kmsg = kmsg.Writer{}
 	}

@@ -62,6 +62,9 @@ func TestEnv(t *testing.T) {
 	if env.Kmsg == nil || env.StateDir != "/state" || env.PodCgroups || env.HogCgroups != nil || env.Twin != nil {
 		t.Errorf("Env of a plain node = %+v", env)
 	}
+	if env := nodeall.Env(nodeall.Node{Exec: "/usr/local/bin/gpuchaos"}); env.Exec != "/usr/local/bin/gpuchaos" {
+		t.Errorf("Env.Exec = %q, want the node's gpuchaos binary", env.Exec)
+	}
 	env = nodeall.Env(nodeall.Node{Pod: &nodeall.Pod{CgroupRoot: t.TempDir()}})
 	if !env.PodCgroups || env.HogCgroups == nil {
 		t.Errorf("Env in a pod = %+v, want the pod's cgroup rules", env)

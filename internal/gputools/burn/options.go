@@ -7,12 +7,14 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/gputools/loadlimit"
 )
 
 // Limits and defaults of Options.
 const (
 	// MaxDuration caps a burn: it must always end on its own.
-	MaxDuration = 24 * time.Hour
+	MaxDuration = loadlimit.BurnDuration
 	// DefaultN is the default matrix size, the usual GEMM benchmark size.
 	DefaultN = 8192
 	// MinN and MaxN bound the matrix size; N must be a multiple of 8 so

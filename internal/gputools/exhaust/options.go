@@ -4,16 +4,18 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/gpuchaos/gpuchaos/internal/gputools/loadlimit"
 )
 
 // Limits and defaults of the exhaustion options.
 const (
 	// MaxDuration caps a storm and, in the CLI, a hold: chaos must end on
 	// its own.
-	MaxDuration = 24 * time.Hour
+	MaxDuration = loadlimit.ExhaustDuration
 	// MaxFraction is the largest share of free memory a hold may take;
 	// the rest leaves the driver room for its own bookkeeping.
-	MaxFraction = 0.99
+	MaxFraction = loadlimit.ExhaustFraction
 	// ChunkBytes is the size of one allocation of a hold. Many moderate
 	// allocations fit into a fragmented heap where one huge one would not.
 	ChunkBytes = 1 << 30
@@ -25,7 +27,7 @@ const (
 	MaxStormBytes = 16 << 30
 	// MaxRate bounds Options.Rate, in bytes per second: ten times what
 	// a PCIe Gen6 x16 link moves, so any real link fits.
-	MaxRate = 1 << 40
+	MaxRate = loadlimit.ExhaustRate
 	// pacedCopyShare is the share of a second of Options.Rate one copy
 	// of a paced storm holds by default: a copy moves at the link's
 	// speed, so the smaller it is, the closer any short window keeps to

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpuchaos/gpuchaos/internal/node/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/node/xidwatch"
+	"github.com/gpuchaos/gpuchaos/internal/node/xidwatch/xidbench"
 )
 
 // TestXIDToMetricsReal is the whole path an operator's scrape sees, on the
@@ -42,7 +43,7 @@ func TestXIDToMetricsReal(t *testing.T) {
 
 	// Code 94 (contained ECC error) so that lines of the watcher-only
 	// tests, which use 13, never count here.
-	res, err := xidwatch.Bench(ctx, xidwatch.BenchOptions{
+	res, err := xidbench.Run(ctx, xidbench.Options{
 		PCI: dev.PCI, Code: 94, Injections: 20, Interval: time.Millisecond,
 		Burst: 200, BurstOver: 100 * time.Millisecond, Metrics: srv.URL + "/metrics",
 	})

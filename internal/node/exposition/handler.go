@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -17,6 +18,10 @@ import (
 // with metric names escaped to the legacy character set (ours need no
 // escaping).
 const ContentType = string(expfmt.FmtText) + "; escaping=" + model.EscapeUnderscores
+
+// ShutdownGrace is how long in-flight scrapes get to finish when a server
+// of this handler stops: the agent's and the live twin's.
+const ShutdownGrace = 5 * time.Second
 
 // Options configure Handler.
 type Options struct {

@@ -202,6 +202,11 @@ func (w *Watcher) LastByPCI(pci string) (Event, bool) {
 	return ev, ok
 }
 
+// Now reads the watcher's clock (Options.Now), the one its events are
+// stamped with, so that whoever compares an event's time with a moment of
+// its own (a probe's start) reads the same clock.
+func (w *Watcher) Now() time.Time { return w.opts.Now() }
+
 // Events returns the recent events, oldest first (at most Options.History).
 func (w *Watcher) Events() []Event {
 	w.mu.Lock()

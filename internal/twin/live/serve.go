@@ -7,11 +7,9 @@ import (
 	"net"
 	"net/http"
 	"time"
-)
 
-// ShutdownGrace is how long in-flight scrapes get to finish when Serve
-// stops.
-const ShutdownGrace = 5 * time.Second
+	"github.com/gpuchaos/gpuchaos/internal/node/exposition"
+)
 
 // Serve runs the twin in real time and serves its /metrics on ln until ctx
 // ends or either stops with an error, then stops both.
@@ -36,7 +34,7 @@ func (r *Runner) Serve(ctx context.Context, ln net.Listener) error {
 		errc <- err
 	}()
 	<-ctx.Done()
-	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownGrace)
+	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), exposition.ShutdownGrace)
 	defer scancel()
 	shutErr := srv.Shutdown(sctx)
 	err := errors.Join(<-errc, <-errc)

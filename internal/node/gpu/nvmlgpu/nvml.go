@@ -77,13 +77,6 @@ type nvmlSymbols struct {
 	eventReasons, throttleReasons, memoryV2, remappedRows, numaNode bool
 }
 
-// Open loads libnvidia-ml.so.1, initialises NVML and lists the GPUs.
-// It fails with an error wrapping gpu.ErrUnavailable when the library is
-// absent or does not initialise (no driver, no GPU, a container without
-// the NVIDIA runtime); nothing else is called in that case, since any
-// NVML call after a failed nvmlInit can crash the process.
-func Open() (gpu.Source, error) { return New(nvml.New()) }
-
 // New opens a gpu.Source over lib, which is go-nvml's library (nvml.New())
 // or one of its mocks (pkg/nvml/mock/dgxh200). The same rules as Open
 // hold: nothing but Init is called unless Init succeeds.

@@ -387,7 +387,7 @@ func (t *Target) Probe(name string, spec v1alpha1.ProbeSpec) (probe.Probe, error
 	case spec.Detector == "kmsg-xid":
 		// The watcher's probe counts XIDs read since it was made, so an
 		// XID logged before the run does not read as already firing.
-		return xidwatch.NewProbe(t.watch, name, t.host, nil), nil
+		return newXIDProbe(t.watch, name, t.host, nil), nil
 	case spec.Detector == probe.CollectiveTraceDetector:
 		if t.coll == nil {
 			return nil, fmt.Errorf("probe %s: detector %s needs the job's processes or libnccl to trace (run --trace-pid or --trace-lib)", name, spec.Detector)

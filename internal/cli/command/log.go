@@ -1,4 +1,4 @@
-package cli
+package command
 
 import (
 	"context"
@@ -47,9 +47,10 @@ func (fl *logFlags) build(w io.Writer) (*slog.Logger, error) {
 
 type loggerKey struct{}
 
-// withLogger sets up the logger before any command runs and hands it down
-// through the command's context.
-func withLogger(root *cobra.Command) {
+// WithLogger adds --log-level and --log-format to root and builds the
+// logger from them before any command runs, handing it down through the
+// command's context.
+func WithLogger(root *cobra.Command) {
 	var fl logFlags
 	fl.add(root)
 	root.PersistentPreRunE = func(cmd *cobra.Command, _ []string) error {
@@ -66,9 +67,9 @@ func withLogger(root *cobra.Command) {
 	}
 }
 
-// logger returns the command's logger; a discarding one before
+// Logger returns the command's logger; a discarding one before
 // PersistentPreRunE has run (in tests that build a command alone).
-func logger(cmd *cobra.Command) *slog.Logger {
+func Logger(cmd *cobra.Command) *slog.Logger {
 	if ctx := cmd.Context(); ctx != nil {
 		if l, ok := ctx.Value(loggerKey{}).(*slog.Logger); ok {
 			return l

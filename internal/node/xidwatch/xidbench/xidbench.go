@@ -1,4 +1,9 @@
-package xidwatch
+// Package xidbench measures how fast XID lines written to the kernel log
+// are seen, by an XID watcher of its own or on a running agent's /metrics
+// page, and whether a burst loses any (gpuchaos xid bench). It is apart
+// from xidwatch because reading /metrics links the scrape store, and the
+// node agent, which links the watcher, must not link that.
+package xidbench
 
 import (
 	"context"
@@ -15,10 +20,11 @@ import (
 	"github.com/gpuchaos/gpuchaos/internal/model/xid"
 	"github.com/gpuchaos/gpuchaos/internal/node/kmsg"
 	"github.com/gpuchaos/gpuchaos/internal/node/tick"
+	"github.com/gpuchaos/gpuchaos/internal/node/xidwatch"
 )
 
-// BenchOptions configure Bench. Zero values take the defaults in brackets.
-type BenchOptions struct {
+// Options configure Run. Zero values take the defaults in brackets.
+type Options struct {
 	// PCI is the bus id the lines name (required), in any form
 	// xid.NormalizePCI reads.
 	PCI string
@@ -43,9 +49,9 @@ type BenchOptions struct {
 	Writer kmsg.Writer
 	// Sink, when set, is called with each event inside the timed path, as
 	// the agent's exporter would be (RecordXID). Not used with Metrics.
-	Sink func(Event)
+	Sink func(xidwatch.Event)
 	// Metrics, when set, is the /metrics URL of a running gpuchaos agent:
-	// instead of its own watcher, Bench then times each line until the
+	// instead of its own watcher, Run then times each line until the
 	// agent's gpuchaos_xid_events_total{code} has counted it, polling the
 	// page back to back — what a scrape would see, through the agent's
 	// own watcher, recorder and HTTP server. The bench's code should be
@@ -55,9 +61,9 @@ type BenchOptions struct {
 	Client *http.Client
 }
 
-// BenchResult is what Bench measured.
-type BenchResult struct {
-	// Observer says where the lines were looked for: "watcher" (Bench's
+// Result is what Run measured.
+type Result struct {
+	// Observer says where the lines were looked for: "watcher" (Run's
 	// own) or the agent's metrics URL.
 	Observer   string `json:"observer"`
 	Level      int    `json:"level"`
@@ -73,7 +79,7 @@ type BenchResult struct {
 	Burst      int           `json:"burst"`
 	BurstSeen  int           `json:"burst_seen"`
 	BurstWrite time.Duration `json:"burst_write_ns"`
-	// Lost is the kernel log records Bench's watcher lost over the whole
+	// Lost is the kernel log records Run's watcher lost over the whole
 	// run (always 0 with Metrics: the agent's losses show as lines not
 	// seen).
 	Lost uint64 `json:"lost"`
@@ -86,7 +92,7 @@ type BenchResult struct {
 // marker no driver would print.
 const benchPID = 4000000
 
-// observer tells Bench how many of its lines have been seen where it
+// observer tells Run how many of its lines have been seen where it
 // looks.
 type observer interface {
 	// waitSeen blocks until at least n lines were seen or deadline
@@ -94,11 +100,11 @@ type observer interface {
 	waitSeen(ctx context.Context, n int, deadline time.Time) (int, time.Time, error)
 }
 
-// Bench measures how fast XID lines written to the kernel log are seen —
+// Run measures how fast XID lines written to the kernel log are seen —
 // by a watcher of its own, or on a running agent's /metrics — and whether
 // a burst loses any. It writes real XID lines, so it needs root and should
 // name code 13 on a machine others use.
-func Bench(ctx context.Context, o BenchOptions) (res BenchResult, err error) {
+func Run(ctx context.Context, o Options) (res Result, err error) {
 	if o.Code == 0 {
 		o.Code = 13
 	}
@@ -119,9 +125,9 @@ func Bench(ctx context.Context, o BenchOptions) (res BenchResult, err error) {
 	}
 	pci, ok := xid.NormalizePCI(o.PCI)
 	if !ok {
-		return BenchResult{}, fmt.Errorf("xid bench: %q is not a PCI bus id", o.PCI)
+		return Result{}, fmt.Errorf("xid bench: %q is not a PCI bus id", o.PCI)
 	}
-	res = BenchResult{Level: o.Level, Injections: o.Injections, Burst: o.Burst}
+	res = Result{Level: o.Level, Injections: o.Injections, Burst: o.Burst}
 	var obs observer
 	if o.Metrics != "" {
 		m, err := newMetricsObserver(ctx, o.Metrics, o.Client, o.Code)
@@ -202,7 +208,7 @@ func Bench(ctx context.Context, o BenchOptions) (res BenchResult, err error) {
 // watcherObserver counts the bench's lines through a watcher of its own,
 // each line once (by the pid it names).
 type watcherObserver struct {
-	w *Watcher
+	w *xidwatch.Watcher
 
 	mu     sync.Mutex
 	seen   map[int]bool
@@ -210,10 +216,10 @@ type watcherObserver struct {
 	notify chan struct{}
 }
 
-func startWatcherObserver(ctx context.Context, o BenchOptions, pci string) (*watcherObserver, error) {
+func startWatcherObserver(ctx context.Context, o Options, pci string) (*watcherObserver, error) {
 	total := o.Injections + o.Burst
 	wo := &watcherObserver{seen: make(map[int]bool, total), notify: make(chan struct{}, 1)}
-	w, err := Start(ctx, Options{Kmsg: o.Kmsg, OnXID: func(ev Event) {
+	w, err := xidwatch.Start(ctx, xidwatch.Options{Kmsg: o.Kmsg, OnXID: func(ev xidwatch.Event) {
 		if ev.PCI != pci || ev.Code != o.Code || ev.PID == nil {
 			return
 		}
