@@ -33,8 +33,9 @@ var forbidden = []struct{ path, why string }{
 	{module + "internal/node/xidwatch/xidbench", "the XID benchmark, which reads /metrics through the scrape store"},
 	{module + "internal/node/gpu/nvmlgpu/nvmlmock", "eight mock GPUs: only a measurement build (-tags nvmlmock) may link them"},
 	{"github.com/NVIDIA/go-nvml/pkg/nvml/mock", "go-nvml's mocks: only a measurement build (-tags nvmlmock) may link them"},
-	// sigs.k8s.io/controller-runtime (which links all of k8s.io/api) joins
-	// this list once internal/kube/nodeagent no longer imports it.
+	{"sigs.k8s.io/controller-runtime", "the controller's client, which links all of k8s.io/api through client-go's scheme"},
+	{"k8s.io/client-go/kubernetes", "client-go's typed clientsets and their scheme of every built-in kind"},
+	{module + "internal/fault/kubefault", "the API server's injectors: the controller applies them"},
 }
 
 // TestLinksOnlyWhatANodeNeeds holds gpuchaos-agent to its purpose: `go

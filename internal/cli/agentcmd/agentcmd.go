@@ -23,12 +23,7 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/gpuchaos/gpuchaos/internal/cli/command"
 	"github.com/gpuchaos/gpuchaos/internal/fault/nodeall"
@@ -373,23 +368,11 @@ func childBinary(flag, beside string, warn io.Writer, prog string) (string, erro
 // mode; exec is the gpuchaos binary the child-process faults run from
 // (empty: this one).
 func (fl flags) newNodeAgent(devs []gpu.Device, exec string, log *slog.Logger) (*nodeagent.Agent, error) {
-	// controller-runtime's client logs through its own global logger,
-	// which warns on stderr after 30 s when nobody set it.
-	ctrllog.SetLogger(logr.FromSlogHandler(log.With("component", "client").Handler()))
-	var (
-		cfg *rest.Config
-		err error
-	)
-	if fl.kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
-			&clientcmd.ClientConfigLoadingRules{ExplicitPath: fl.kubeconfig}, &clientcmd.ConfigOverrides{}).ClientConfig()
-	}
+	cfg, err := nodeagent.Config(fl.kubeconfig)
 	if err != nil {
 		return nil, fmt.Errorf("--kubeconfig: %w", err)
 	}
-	c, err := client.NewWithWatch(cfg, client.Options{Scheme: nodeagent.Scheme()})
+	c, err := nodeagent.NewClient(cfg)
 	if err != nil {
 		return nil, command.Failed(fmt.Errorf("agent: API client: %w", err))
 	}

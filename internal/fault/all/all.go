@@ -34,7 +34,7 @@ func Registry(kube client.Client) fault.Registry {
 // from env. A mechanism without one (the catalogue lists it as planned),
 // or one env cannot build, is refused by name; the API mechanisms are
 // refused here, their injectors being built with a client by the
-// controller (kubefault.Setup).
+// controller (controller.SetupNodeFaults).
 func Injector(f *catalog.Fault, m *catalog.Mechanism, env fault.Env) (fault.Injector, error) {
 	return Registry(nil).Injector(f, m, env)
 }

@@ -7,8 +7,10 @@
 // a person did: a node cordoned before gpuchaos came stays cordoned, a
 // foreign taint stays.
 //
-// The controller's NodeFault reconciler (Setup) applies these mechanisms;
-// every other mechanism runs on the node, in its agent.
+// The controller applies NodeFaults of these mechanisms
+// (internal/kube/controller, through the NodeFault applier in
+// internal/kube/nodefault); every other mechanism runs on the node, in its
+// agent.
 package kubefault
 
 import (
@@ -48,8 +50,8 @@ const (
 // client is theirs, not the target's Env, so that nothing outside this
 // package needs a Kubernetes client type to build them. A nil
 // opts.Client lists them and refuses to build them; a nil opts.Logger
-// means the Env's. The controller's NodeFault reconciler (Setup) builds
-// its injectors itself; listing them in the registry holds them to the
+// means the Env's. The controller's NodeFault applier builds its
+// injectors itself (New); listing them in the registry holds them to the
 // catalogue with the rest.
 func Entries(opts Options) []fault.Entry {
 	k8s := []string{"k8s"}

@@ -175,7 +175,6 @@ func TestAPI(t *testing.T) {
 	t.Run("cordon someone else's", func(t *testing.T) { t.Parallel(); testForeignCordon(t, c) })
 	t.Run("drain waits for the budget", func(t *testing.T) { t.Parallel(); testDrainBudget(t, c) })
 	t.Run("taints", func(t *testing.T) { t.Parallel(); testTaints(t, c) })
-	t.Run("reconciler", func(t *testing.T) { t.Parallel(); testReconciler(t, c) })
 }
 
 // testConformance holds cordon, taint and pod delete to the injector

@@ -12,8 +12,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/gpuchaos/gpuchaos/internal/fault/kubefault"
-
 	"github.com/gpuchaos/gpuchaos/internal/kube/controller/schedule"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 
@@ -120,7 +118,7 @@ func New(opts Options) (manager.Manager, error) {
 	if _, err := Setup(mgr, opts); err != nil {
 		return nil, err
 	}
-	if err := kubefault.Setup(mgr, kubefault.SetupOptions{Logger: log.With("component", "kubefault")}); err != nil {
+	if err := SetupNodeFaults(mgr, NodeFaultOptions{Logger: log.With("component", "kubefault")}); err != nil {
 		return nil, fmt.Errorf("API-fault controller: %w", err)
 	}
 	if err := schedule.Setup(mgr, schedule.Options{}); err != nil {

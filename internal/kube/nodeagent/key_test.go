@@ -10,6 +10,7 @@ import (
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/all"
+	"github.com/gpuchaos/gpuchaos/internal/fault/kubefault"
 )
 
 func TestParseKey(t *testing.T) {
@@ -59,8 +60,16 @@ func FuzzParseKey(f *testing.F) {
 
 // The agent and the controller split NodeFaults by mechanism: none the
 // agent skips may be one the registry runs on a node, or a NodeFault would
-// be applied by both; and every API mechanism has an injector (on k8s).
+// be applied by both; every API mechanism has an injector (on k8s); and
+// the mechanisms the agent leaves to the controller are exactly those the
+// controller applies (kubefault's), so none is applied by nobody.
 func TestAPIMechanismsAreNotLocal(t *testing.T) {
+	api, kube := APIMechanisms(), kubefault.Mechanisms()
+	slices.Sort(api)
+	slices.Sort(kube)
+	if !slices.Equal(api, kube) {
+		t.Errorf("the agent leaves %v to the controller, which applies %v", api, kube)
+	}
 	for _, m := range APIMechanisms() {
 		if !slices.ContainsFunc(all.Registry(nil), func(e fault.Entry) bool { return e.Mechanism == m && slices.Contains(e.Targets, "k8s") }) {
 			t.Errorf("API mechanism %s has no k8s injector in the registry", m)

@@ -1,11 +1,15 @@
-package kubefault_test
+package controller_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -14,10 +18,57 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/gpuchaos/gpuchaos/api/v1alpha1"
-	"github.com/gpuchaos/gpuchaos/internal/fault/kubefault"
 	"github.com/gpuchaos/gpuchaos/internal/harness/kubetest"
 	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
+	"github.com/gpuchaos/gpuchaos/internal/kube/controller"
 )
+
+// nfWait is the deadline for state the API server or the controller
+// reaches; generous, for a busy two-core machine.
+const nfWait = 60 * time.Second
+
+var nfSeq atomic.Int64
+
+// nfUnique names one subtest's object, so subtests share a control plane.
+func nfUnique(prefix string) string { return fmt.Sprintf("%s-%d", prefix, nfSeq.Add(1)) }
+
+// nfCluster is the control plane TestNodeFaults' subtests share.
+type nfCluster struct{ *kubetest.Env }
+
+func (c nfCluster) node(t *testing.T, name string) {
+	t.Helper()
+	if err := c.Client.Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}); err != nil {
+		t.Fatalf("create node %s: %v", name, err)
+	}
+}
+
+func (c nfCluster) getNode(t *testing.T, name string) *corev1.Node {
+	t.Helper()
+	var n corev1.Node
+	if err := c.Client.Get(context.Background(), client.ObjectKey{Name: name}, &n); err != nil {
+		t.Fatalf("get node %s: %v", name, err)
+	}
+	return &n
+}
+
+// taintNames writes taints as kubectl does (key=value:effect), sorted,
+// leaving out the API server's own node.kubernetes.io taints (its
+// admission taints a new node not-ready until a kubelet reports).
+func taintNames(taints []corev1.Taint) []string {
+	var s []string
+	for _, x := range taints {
+		if strings.HasPrefix(x.Key, "node.kubernetes.io/") {
+			continue
+		}
+		v := ""
+		if x.Value != "" {
+			v = "=" + x.Value
+		}
+		s = append(s, x.Key+v+":"+string(x.Effect))
+	}
+	slices.Sort(s)
+	return s
+}
 
 func nodeFault(name, node, id, mech string, params map[string]string, expires time.Time) *v1alpha1.NodeFault {
 	return &v1alpha1.NodeFault{
@@ -30,11 +81,12 @@ func nodeFault(name, node, id, mech string, params map[string]string, expires ti
 	}
 }
 
-// testReconciler runs Setup's reconciler in a real manager: a NodeFault
-// is applied and reported, recovered on Action Recover, at ExpiresAt and
-// on deletion (its finalizer holding the object until then), and a
-// NodeFault of a node-agent mechanism is left alone.
-func testReconciler(t *testing.T, c cluster) {
+// TestNodeFaults runs SetupNodeFaults' controller in a real manager: a
+// NodeFault is applied and reported, recovered on Action Recover, at
+// ExpiresAt and on deletion (its finalizer holding the object until then),
+// and a NodeFault of a node-agent mechanism is left alone.
+func TestNodeFaults(t *testing.T) {
+	c := nfCluster{kubetest.Start(t, kubetest.Options{CRDs: true})}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	// Controller names are unique per process; -count=2 sets up twice.
@@ -46,7 +98,7 @@ func testReconciler(t *testing.T, c cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := kubefault.Setup(mgr, kubefault.SetupOptions{Retry: 100 * time.Millisecond}); err != nil {
+	if err := controller.SetupNodeFaults(mgr, controller.NodeFaultOptions{Retry: 100 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	stopped := make(chan error, 1)
@@ -76,19 +128,19 @@ func testReconciler(t *testing.T, c cluster) {
 	hour := time.Now().Add(time.Hour)
 
 	// Created first, so the reconciler has seen it before the others end.
-	agentNode := unique("rec-agent")
+	agentNode := nfUnique("rec-agent")
 	c.node(t, agentNode)
-	create(nodeFault(unique("agents"), agentNode, "hardware.xid", "kernel-log", map[string]string{"code": "79"}, hour))
+	create(nodeFault(nfUnique("agents"), agentNode, "hardware.xid", "kernel-log", map[string]string{"code": "79"}, hour))
 
 	t.Run("apply then recover", func(t *testing.T) {
-		n := unique("rec-cordon")
+		n := nfUnique("rec-cordon")
 		c.node(t, n)
-		nf := nodeFault(unique("nf-cordon"), n, "workload.cordon-drain", "node-cordon", map[string]string{"drain": "false"}, hour)
+		nf := nodeFault(nfUnique("nf-cordon"), n, "workload.cordon-drain", "node-cordon", map[string]string{"drain": "false"}, hour)
 		create(nf)
-		testutil.Eventually(t, wait, "the NodeFault applied", phase(nf.Name, v1alpha1.NodeFaultApplied))
+		testutil.Eventually(t, nfWait, "the NodeFault applied", phase(nf.Name, v1alpha1.NodeFaultApplied))
 		got := get(nf.Name)
-		if got.Status.Agent != kubefault.Agent || got.Status.AppliedAt == nil || got.Status.ObservedGeneration != got.Generation {
-			t.Fatalf("status %+v: want agent %s, an applied time, the generation", got.Status, kubefault.Agent)
+		if got.Status.Agent != controller.NodeFaultAgent || got.Status.AppliedAt == nil || got.Status.ObservedGeneration != got.Generation {
+			t.Fatalf("status %+v: want agent %s, an applied time, the generation", got.Status, controller.NodeFaultAgent)
 		}
 		if !slices.Contains(got.Finalizers, v1alpha1.FinalizerRecover) {
 			t.Fatal("no recovery finalizer on an applied NodeFault")
@@ -101,7 +153,7 @@ func testReconciler(t *testing.T, c cluster) {
 		if err := c.Client.Update(ctx, got); err != nil {
 			t.Fatal(err)
 		}
-		testutil.Eventually(t, wait, "the NodeFault recovered", phase(nf.Name, v1alpha1.NodeFaultRecovered))
+		testutil.Eventually(t, nfWait, "the NodeFault recovered", phase(nf.Name, v1alpha1.NodeFaultRecovered))
 		if got := get(nf.Name); got.Status.RecoveredAt == nil {
 			t.Fatal("recovered without a time")
 		}
@@ -111,18 +163,18 @@ func testReconciler(t *testing.T, c cluster) {
 	})
 
 	t.Run("recover at expiry", func(t *testing.T) {
-		n := unique("rec-expire")
+		n := nfUnique("rec-expire")
 		c.node(t, n)
 		// Long enough for the apply to be seen before it expires on a
 		// busy machine.
-		nf := nodeFault(unique("nf-taint"), n, "workload.node-taint", "node-taint",
+		nf := nodeFault(nfUnique("nf-taint"), n, "workload.node-taint", "node-taint",
 			map[string]string{"key": "example.com/quarantine", "effect": "NoSchedule"}, time.Now().Add(10*time.Second))
 		create(nf)
-		testutil.Eventually(t, wait, "the NodeFault applied", func() bool {
+		testutil.Eventually(t, nfWait, "the NodeFault applied", func() bool {
 			p := get(nf.Name).Status.Phase
 			return p == v1alpha1.NodeFaultApplied || p == v1alpha1.NodeFaultRecovered
 		})
-		testutil.Eventually(t, wait, "the NodeFault recovered on expiry", phase(nf.Name, v1alpha1.NodeFaultRecovered))
+		testutil.Eventually(t, nfWait, "the NodeFault recovered on expiry", phase(nf.Name, v1alpha1.NodeFaultRecovered))
 		if got := get(nf.Name); got.Status.Message != "recovered on expiry" || got.Spec.Action != v1alpha1.ActionApply {
 			t.Fatalf("status %+v, spec action %s: want recovered on expiry, action untouched", got.Status, got.Spec.Action)
 		}
@@ -132,15 +184,15 @@ func testReconciler(t *testing.T, c cluster) {
 	})
 
 	t.Run("recover on deletion", func(t *testing.T) {
-		n := unique("rec-delete")
+		n := nfUnique("rec-delete")
 		c.node(t, n)
-		nf := nodeFault(unique("nf-delete"), n, "workload.cordon-drain", "node-cordon", map[string]string{"drain": "false"}, hour)
+		nf := nodeFault(nfUnique("nf-delete"), n, "workload.cordon-drain", "node-cordon", map[string]string{"drain": "false"}, hour)
 		create(nf)
-		testutil.Eventually(t, wait, "the NodeFault applied", phase(nf.Name, v1alpha1.NodeFaultApplied))
+		testutil.Eventually(t, nfWait, "the NodeFault applied", phase(nf.Name, v1alpha1.NodeFaultApplied))
 		if err := c.Client.Delete(ctx, nf); err != nil {
 			t.Fatal(err)
 		}
-		testutil.Eventually(t, wait, "the NodeFault gone", func() bool {
+		testutil.Eventually(t, nfWait, "the NodeFault gone", func() bool {
 			return apierrors.IsNotFound(c.Client.Get(ctx, client.ObjectKeyFromObject(nf), &v1alpha1.NodeFault{}))
 		})
 		if c.getNode(t, n).Spec.Unschedulable {
@@ -149,11 +201,11 @@ func testReconciler(t *testing.T, c cluster) {
 	})
 
 	t.Run("failure is reported", func(t *testing.T) {
-		n := unique("rec-fail")
+		n := nfUnique("rec-fail")
 		c.node(t, n)
-		nf := nodeFault(unique("nf-fail"), n, "workload.pod-kill", "pod-delete", nil, hour)
+		nf := nodeFault(nfUnique("nf-fail"), n, "workload.pod-kill", "pod-delete", nil, hour)
 		create(nf)
-		testutil.Eventually(t, wait, "the NodeFault failed", phase(nf.Name, v1alpha1.NodeFaultFailed))
+		testutil.Eventually(t, nfWait, "the NodeFault failed", phase(nf.Name, v1alpha1.NodeFaultFailed))
 		if msg := get(nf.Name).Status.Message; msg == "" {
 			t.Fatal("failed without a message")
 		}
