@@ -153,7 +153,11 @@ func TestCorruptRecoverWhereverTheCheckpointWent(t *testing.T) {
 		{name: "left where it was", want: wantRecovered,
 			vanish: func(t *testing.T, _ *Injector, _, file string) string { return file }},
 		{name: "deleted", want: wantGone, proof: "no longer exists (open_by_handle_at: stale file handle)",
-			vanish: func(t *testing.T, _ *Injector, _, file string) string { must(t, os.Remove(file)); return "" }},
+			vanish: func(t *testing.T, in *Injector, dir, file string) string {
+				must(t, os.Remove(file))
+				waitFreed(t, in, "k", dir)
+				return ""
+			}},
 		{name: "deleted but held open", want: wantRecovered,
 			vanish: func(t *testing.T, _ *Injector, _, file string) string {
 				// The job still reads it: the kernel keeps the inode, and
