@@ -1,14 +1,13 @@
 package nodeall_test
 
 import (
-	"context"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gpuchaos/gpuchaos/internal/fault"
 	"github.com/gpuchaos/gpuchaos/internal/fault/nodeall"
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
 	"github.com/gpuchaos/gpuchaos/internal/model/catalog"
 )
 
@@ -18,28 +17,17 @@ import (
 // engine, the PromQL evaluator or the collective tracer.
 func TestLinksNeitherTwinNorKubernetes(t *testing.T) {
 	t.Parallel()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command to list the imports with")
-	}
 	const mod = "github.com/gpuchaos/gpuchaos/"
-	forbidden := []string{
+	var forbidden []testutil.Forbidden
+	for _, p := range []string{
 		mod + "internal/twin", mod + "internal/fault/twinfault", mod + "internal/fault/kubefault",
-		mod + "internal/run/", mod + "internal/node/colltrace",
+		mod + "internal/run", mod + "internal/node/colltrace",
 		"sigs.k8s.io/controller-runtime", "k8s.io/client-go", "github.com/prometheus/prometheus/promql",
+	} {
+		forbidden = append(forbidden, testutil.Forbidden{Path: p})
 	}
 	for _, pkg := range []string{mod + "internal/fault", mod + "internal/fault/nodeall"} {
-		out, err := exec.CommandContext(context.Background(), goTool, "list", "-deps", pkg).Output()
-		if err != nil {
-			t.Fatalf("go list -deps %s: %v", pkg, err)
-		}
-		for _, dep := range strings.Fields(string(out)) {
-			for _, f := range forbidden {
-				if dep == f || strings.HasPrefix(dep, strings.TrimSuffix(f, "/")+"/") {
-					t.Errorf("%s links %s", pkg, dep)
-				}
-			}
-		}
+		testutil.NoDeps(t, pkg, forbidden)
 	}
 }
 

@@ -1,10 +1,9 @@
 package nodeagent_test
 
 import (
-	"context"
-	"os/exec"
-	"strings"
 	"testing"
+
+	"github.com/gpuchaos/gpuchaos/internal/harness/testutil"
 )
 
 // TestLinksNoControllerRuntime holds the node agent to what a DaemonSet on
@@ -14,29 +13,17 @@ import (
 // injectors, which are the controller's.
 func TestLinksNoControllerRuntime(t *testing.T) {
 	t.Parallel()
-	goTool, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command to list the imports with")
-	}
 	const mod = "github.com/gpuchaos/gpuchaos/"
-	forbidden := []string{
+	var forbidden []testutil.Forbidden
+	for _, p := range []string{
 		"sigs.k8s.io/controller-runtime", "k8s.io/client-go/kubernetes",
 		"k8s.io/api/apps", "k8s.io/api/batch", "k8s.io/api/networking", "k8s.io/api/storage", "k8s.io/api/rbac",
 		"github.com/prometheus/prometheus",
 		mod + "internal/run", mod + "internal/detect", mod + "internal/twin", mod + "internal/node/colltrace",
 		mod + "internal/fault/kubefault", mod + "internal/fault/twinfault", mod + "internal/fault/all",
 		mod + "internal/kube/kubeclient",
+	} {
+		forbidden = append(forbidden, testutil.Forbidden{Path: p})
 	}
-	pkg := mod + "internal/kube/nodeagent"
-	out, err := exec.CommandContext(context.Background(), goTool, "list", "-deps", pkg).Output()
-	if err != nil {
-		t.Fatalf("go list -deps %s: %v", pkg, err)
-	}
-	for _, dep := range strings.Fields(string(out)) {
-		for _, f := range forbidden {
-			if dep == f || strings.HasPrefix(dep, f+"/") {
-				t.Errorf("%s links %s", pkg, dep)
-			}
-		}
-	}
+	testutil.NoDeps(t, mod+"internal/kube/nodeagent", forbidden)
 }
