@@ -174,13 +174,13 @@ func (in *Injector) Recover(ctx context.Context, key string) error {
 		}
 		switch st.Fault {
 		case idFill:
-			proof, err = removeFiller(st)
+			proof, err = removeFiller(ctx, st)
 		case idSlow:
 			if err = releaseAll(st.Confinements); err == nil {
 				proof, err = restoreLimits(st.Limits)
 			}
 		case idCorrupt:
-			proof, err = restore(st)
+			proof, err = restore(ctx, st)
 		}
 		if err != nil {
 			return fmt.Errorf("in %s: %w", st.Dir, err)

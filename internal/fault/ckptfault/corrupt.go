@@ -127,7 +127,8 @@ func (in *Injector) corrupt(ctx context.Context, key string, st state, v catalog
 		one[0] = ^st.Original[i]
 		if _, err := f.WriteAt(one, o); err != nil {
 			werr := fmt.Errorf("flip the byte at %d: %w", o, err)
-			if _, rerr := restore(st); rerr != nil {
+			// Undoing what was done goes on when the injection is cancelled.
+			if _, rerr := restore(context.WithoutCancel(ctx), st); rerr != nil {
 				return fmt.Errorf("%w (left for recovery: %w)", werr, rerr)
 			}
 			if rerr := in.dir.Remove(key); rerr != nil {
@@ -152,7 +153,7 @@ func (in *Injector) corrupt(ctx context.Context, key string, st state, v catalog
 // bytes is neither: restoring could damage the new content, leaving them
 // may leave the corruption, so it touches nothing and fails with
 // fault.ErrUnproven.
-func restore(st state) (proof string, err error) {
+func restore(ctx context.Context, st state) (proof string, err error) {
 	ref := st.Ref
 	if ref == nil {
 		// A version 1 record names the inode alone; the checkpoint was on
@@ -163,7 +164,7 @@ func restore(st state) (proof string, err error) {
 		}
 		ref = &fileRef{Dev: ds.Dev, Inode: st.Inode}
 	}
-	f, where, err := openRef(ref, st.at(st.File), st.at(st.Dir), os.O_RDWR)
+	f, where, err := openRef(ctx, ref, st.at(st.File), st.at(st.Dir), os.O_RDWR)
 	if errors.Is(err, errFreed) {
 		return err.Error(), nil
 	}

@@ -55,7 +55,8 @@ func (in *Injector) fill(ctx context.Context, key string, st state, v catalog.Va
 		if err == nil || !recorded {
 			return
 		}
-		if _, rerr := removeFiller(st); rerr != nil {
+		// Undoing what was done goes on when the injection is cancelled.
+		if _, rerr := removeFiller(context.WithoutCancel(ctx), st); rerr != nil {
 			err = fmt.Errorf("%w (left for recovery: %w)", err, rerr)
 			return
 		}
@@ -144,7 +145,7 @@ func (in *Injector) allocate(ctx context.Context, key string, st state, f *os.Fi
 // a named filler (no O_TMPFILE) was created: the file at its path, if
 // any, is removed, and none there cannot tell an injection stopped before
 // it created the filler from an empty filler moved since.
-func removeFiller(st state) (proof string, err error) {
+func removeFiller(ctx context.Context, st state) (proof string, err error) {
 	if st.Ref == nil && st.handleOnly {
 		return "", fmt.Errorf("the pod is gone and the record names no filler inode to look for on the volume: an empty %s* file may be left in %s: %w", fillerPrefix, st.Dir, fault.ErrUnproven)
 	}
@@ -162,7 +163,7 @@ func removeFiller(st state) (proof string, err error) {
 		return "", fmt.Errorf("no filler at %s, and the injection stopped before it recorded the filler's inode: an empty %s* file may be left elsewhere: %w",
 			st.File, fillerPrefix, fault.ErrUnproven)
 	}
-	f, where, err := openRef(st.Ref, st.at(st.File), st.at(st.Dir), os.O_WRONLY)
+	f, where, err := openRef(ctx, st.Ref, st.at(st.File), st.at(st.Dir), os.O_WRONLY)
 	if errors.Is(err, errFreed) {
 		return "the filler " + err.Error(), nil
 	}
