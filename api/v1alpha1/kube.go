@@ -59,7 +59,7 @@ const (
 	// LabelNode on a NodeFault is its node, so an agent lists only its own.
 	LabelNode = "gpuchaos.dev/node"
 	// LabelInjection on a NodeFault names the engine injection it carries
-	// part of (k8starget.NodeFaultName of the Experiment's uid and the
+	// part of (kubetarget.NodeFaultName of the Experiment's uid and the
 	// injection key): one injection aimed at pods makes a NodeFault per
 	// pod, and a controller that did not make them finds them all by it.
 	LabelInjection = "gpuchaos.dev/injection"

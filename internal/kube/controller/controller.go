@@ -45,7 +45,7 @@ type Options struct {
 	// nil discards them.
 	Logger *slog.Logger
 
-	// PollInterval and RecoveryWindow pace each run (k8starget defaults).
+	// PollInterval and RecoveryWindow pace each run (kubetarget defaults).
 	PollInterval   time.Duration
 	RecoveryWindow time.Duration
 	// StatusInterval is the least time between two status writes of one
@@ -53,10 +53,10 @@ type Options struct {
 	// gathered in between, so 500 nodes do not mean 1000 writes.
 	StatusInterval time.Duration
 	// Grace is how long past its run's window a NodeFault's agent waits
-	// before recovering on its own (k8starget default).
+	// before recovering on its own (kubetarget default).
 	Grace time.Duration
 	// Concurrency is how many NodeFaults one run creates and waits on at
-	// once (k8starget default).
+	// once (kubetarget default).
 	Concurrency int
 	// SkipNameValidation lets several managers live in one process
 	// (tests); controller-runtime otherwise refuses a second controller

@@ -89,7 +89,7 @@ func TestLockSerialisesOneKey(t *testing.T) {
 	wg.Wait()
 }
 
-// TestEscaped pins the names gpuproc and numafault wrote before they used
+// TestEscaped pins the names exhaustfault (then gpuproc) and numafault wrote before they used
 // this package: a node upgraded with records on disk must find them.
 func TestEscaped(t *testing.T) {
 	t.Parallel()
